@@ -1,0 +1,1 @@
+//! Loss scaling for Burn as a gradients transform.
