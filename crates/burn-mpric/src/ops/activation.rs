@@ -1,0 +1,28 @@
+//! `ActivationOps` for [`MixedPrecision`]: softmax and friends at full precision,
+//! elementwise activations in their input dtype.
+
+use burn_backend::ops::ActivationOps;
+use burn_backend::tensor::FloatTensor;
+use burn_backend::{Backend, Scalar};
+
+use super::forward::forward_ops;
+use crate::backend::MixedPrecision;
+
+impl<B: Backend> ActivationOps<Self> for MixedPrecision<B> {
+    forward_ops! {
+        fn leaky_relu(tensor: FloatTensor<Self>, negative_slope: Scalar) -> FloatTensor<Self> => cat Unary;
+        fn relu(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Relu;
+        fn relu_backward(output: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> => cat ReluBackward;
+        fn gelu(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Gelu;
+        fn gelu_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> => cat GeluBackward;
+        fn prelu(tensor: FloatTensor<Self>, alpha: FloatTensor<Self>) -> FloatTensor<Self> => cat Prelu;
+        fn sigmoid(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Sigmoid;
+        fn sigmoid_backward(output: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> => cat SigmoidBackward;
+        fn hard_sigmoid(tensor: FloatTensor<Self>, alpha: Scalar, beta: Scalar) -> FloatTensor<Self> => cat Unary;
+        fn log_sigmoid(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat LogSigmoid;
+        fn log_sigmoid_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> => cat LogSigmoidBackward;
+        fn softmax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => cat Softmax;
+        fn log_softmax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => cat LogSoftmax;
+        fn softmin(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => cat Softmin;
+    }
+}

@@ -1,0 +1,31 @@
+//! The one macro behind every forwarded op: find the call's precision settings, cast the
+//! float inputs by the op table, unwrap, call the inner backend, wrap the result.
+
+/// Implements the listed ops by forwarding to the inner backend `B`.
+///
+/// `=> cat Op;` casts the float inputs as the op table says for `Op`;
+/// `=> plain;` forwards without casting (view, index, int and bool ops).
+macro_rules! forward_ops {
+    ($( fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) -> $ret:ty => $kind:ident $($op:ident)? ; )*) => {$(
+        fn $name($($arg: $ty),*) -> $ret {
+            let precision: $crate::settings::Precision = None
+                $(.or_else(|| $crate::ops::args::Arg::<B>::precision(&$arg)))*
+                .cloned()
+                .expect("every decorated op has a tensor or device argument");
+            $crate::ops::forward::forward_ops!(@cast $kind $($op)? ; precision ; $($arg),*);
+            <$ret as $crate::ops::args::Output<B>>::wrap(
+                B::$name($($crate::ops::args::Arg::<B>::into_inner($arg)),*),
+                &precision,
+            )
+        }
+    )*};
+    (@cast plain ; $precision:ident ; $($arg:ident),*) => {};
+    (@cast cat $op:ident ; $precision:ident ; $($arg:ident),*) => {
+        let mut inputs = $crate::settings::InputDTypes::default();
+        $( $crate::ops::args::Arg::<B>::collect(&$arg, &mut inputs); )*
+        let target = $precision.0.target($crate::category::Op::$op, &inputs);
+        $( let $arg = $crate::ops::args::Arg::<B>::cast($arg, target); )*
+    };
+}
+
+pub(crate) use forward_ops;
