@@ -4,6 +4,7 @@
 mod backend;
 mod category;
 mod device;
+pub mod instrument;
 mod ops;
 mod policy;
 mod settings;
@@ -15,3 +16,8 @@ pub use device::MpDevice;
 pub use policy::{Policy, PolicyDType, PolicyError, dtype_name};
 pub use settings::{PrecisionSettings, full_precision};
 pub use tensor::{MpBool, MpFloat, MpInt, MpQuant};
+
+/// Casts every gradient of a module to its parameter's dtype: under mixed precision,
+/// gradients come back in the dtype their backward op ran in (often the compute dtype), and
+/// an optimizer must see them at the param dtype. Re-exported from `burn-mpric-scale`.
+pub use burn_mpric_scale::cast_grads_to_param_dtype;

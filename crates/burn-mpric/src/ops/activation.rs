@@ -8,21 +8,30 @@ use burn_backend::{Backend, Scalar};
 use super::forward::forward_ops;
 use crate::backend::MixedPrecision;
 
+/// The ops of this trait that both decorators forward, with their op-table entries.
+macro_rules! activation_op_list {
+    ($m:ident) => {
+        $m! {
+            fn leaky_relu(tensor: FloatTensor<Self>, negative_slope: Scalar) -> FloatTensor<Self> => cat Unary;
+            fn relu(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Relu;
+            fn relu_backward(output: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> => cat ReluBackward;
+            fn gelu(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Gelu;
+            fn gelu_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> => cat GeluBackward;
+            fn prelu(tensor: FloatTensor<Self>, alpha: FloatTensor<Self>) -> FloatTensor<Self> => cat Prelu;
+            fn sigmoid(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Sigmoid;
+            fn sigmoid_backward(output: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> => cat SigmoidBackward;
+            fn hard_sigmoid(tensor: FloatTensor<Self>, alpha: Scalar, beta: Scalar) -> FloatTensor<Self> => cat Unary;
+            fn log_sigmoid(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat LogSigmoid;
+            fn log_sigmoid_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> => cat LogSigmoidBackward;
+            fn softmax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => cat Softmax;
+            fn log_softmax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => cat LogSoftmax;
+            fn softmin(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => cat Softmin;
+        }
+    };
+}
+
+pub(crate) use activation_op_list;
+
 impl<B: Backend> ActivationOps<Self> for MixedPrecision<B> {
-    forward_ops! {
-        fn leaky_relu(tensor: FloatTensor<Self>, negative_slope: Scalar) -> FloatTensor<Self> => cat Unary;
-        fn relu(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Relu;
-        fn relu_backward(output: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> => cat ReluBackward;
-        fn gelu(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Gelu;
-        fn gelu_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> => cat GeluBackward;
-        fn prelu(tensor: FloatTensor<Self>, alpha: FloatTensor<Self>) -> FloatTensor<Self> => cat Prelu;
-        fn sigmoid(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Sigmoid;
-        fn sigmoid_backward(output: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> => cat SigmoidBackward;
-        fn hard_sigmoid(tensor: FloatTensor<Self>, alpha: Scalar, beta: Scalar) -> FloatTensor<Self> => cat Unary;
-        fn log_sigmoid(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat LogSigmoid;
-        fn log_sigmoid_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> => cat LogSigmoidBackward;
-        fn softmax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => cat Softmax;
-        fn log_softmax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => cat LogSoftmax;
-        fn softmin(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => cat Softmin;
-    }
+    activation_op_list!(forward_ops);
 }

@@ -11,6 +11,36 @@ use crate::backend::MixedPrecision;
 use crate::device::MpDevice;
 use crate::tensor::MpBool;
 
+/// The ops of this trait that both decorators forward, with their op-table entries.
+macro_rules! bool_op_list {
+    ($m:ident) => {
+        $m! {
+            fn bool_into_int(tensor: BoolTensor<Self>, out_dtype: IntDType) -> IntTensor<Self> => plain;
+            fn bool_reshape(tensor: BoolTensor<Self>, shape: Shape) -> BoolTensor<Self> => plain;
+            fn bool_slice(tensor: BoolTensor<Self>, slices: &[Slice]) -> BoolTensor<Self> => plain;
+            fn bool_slice_assign(tensor: BoolTensor<Self>, slices: &[Slice], value: BoolTensor<Self>) -> BoolTensor<Self> => plain;
+            fn bool_mask_where(tensor: BoolTensor<Self>, mask: BoolTensor<Self>, value: BoolTensor<Self>) -> BoolTensor<Self> => plain;
+            fn bool_mask_fill(tensor: BoolTensor<Self>, mask: BoolTensor<Self>, value: Scalar) -> BoolTensor<Self> => plain;
+            fn bool_gather(dim: usize, tensor: BoolTensor<Self>, indices: IntTensor<Self>) -> BoolTensor<Self> => plain;
+            fn bool_scatter_or(dim: usize, tensor: BoolTensor<Self>, indices: IntTensor<Self>, value: BoolTensor<Self>) -> BoolTensor<Self> => plain;
+            fn bool_select(tensor: BoolTensor<Self>, dim: usize, indices: IntTensor<Self>) -> BoolTensor<Self> => plain;
+            fn bool_select_or(tensor: BoolTensor<Self>, dim: usize, indices: IntTensor<Self>, value: BoolTensor<Self>) -> BoolTensor<Self> => plain;
+            fn bool_equal(lhs: BoolTensor<Self>, rhs: BoolTensor<Self>) -> BoolTensor<Self> => plain;
+            fn bool_equal_elem(lhs: BoolTensor<Self>, rhs: Scalar) -> BoolTensor<Self> => plain;
+            fn bool_not(tensor: BoolTensor<Self>) -> BoolTensor<Self> => plain;
+            fn bool_and(lhs: BoolTensor<Self>, rhs: BoolTensor<Self>) -> BoolTensor<Self> => plain;
+            fn bool_or(lhs: BoolTensor<Self>, rhs: BoolTensor<Self>) -> BoolTensor<Self> => plain;
+            fn bool_swap_dims(tensor: BoolTensor<Self>, dim1: usize, dim2: usize) -> BoolTensor<Self> => plain;
+            fn bool_permute(tensor: BoolTensor<Self>, axes: &[usize]) -> BoolTensor<Self> => plain;
+            fn bool_flip(tensor: BoolTensor<Self>, axes: &[usize]) -> BoolTensor<Self> => plain;
+            fn bool_expand(tensor: BoolTensor<Self>, shape: Shape) -> BoolTensor<Self> => plain;
+            fn bool_unfold(tensor: BoolTensor<Self>, dim: usize, size: usize, step: usize) -> BoolTensor<Self> => plain;
+        }
+    };
+}
+
+pub(crate) use bool_op_list;
+
 impl<B: Backend> BoolTensorOps<Self> for MixedPrecision<B> {
     fn bool_empty(shape: Shape, device: &Device<Self>, dtype: BoolDType) -> BoolTensor<Self> {
         MpBool::new(
@@ -62,26 +92,5 @@ impl<B: Backend> BoolTensorOps<Self> for MixedPrecision<B> {
         })
     }
 
-    forward_ops! {
-        fn bool_into_int(tensor: BoolTensor<Self>, out_dtype: IntDType) -> IntTensor<Self> => plain;
-        fn bool_reshape(tensor: BoolTensor<Self>, shape: Shape) -> BoolTensor<Self> => plain;
-        fn bool_slice(tensor: BoolTensor<Self>, slices: &[Slice]) -> BoolTensor<Self> => plain;
-        fn bool_slice_assign(tensor: BoolTensor<Self>, slices: &[Slice], value: BoolTensor<Self>) -> BoolTensor<Self> => plain;
-        fn bool_mask_where(tensor: BoolTensor<Self>, mask: BoolTensor<Self>, value: BoolTensor<Self>) -> BoolTensor<Self> => plain;
-        fn bool_mask_fill(tensor: BoolTensor<Self>, mask: BoolTensor<Self>, value: Scalar) -> BoolTensor<Self> => plain;
-        fn bool_gather(dim: usize, tensor: BoolTensor<Self>, indices: IntTensor<Self>) -> BoolTensor<Self> => plain;
-        fn bool_scatter_or(dim: usize, tensor: BoolTensor<Self>, indices: IntTensor<Self>, value: BoolTensor<Self>) -> BoolTensor<Self> => plain;
-        fn bool_select(tensor: BoolTensor<Self>, dim: usize, indices: IntTensor<Self>) -> BoolTensor<Self> => plain;
-        fn bool_select_or(tensor: BoolTensor<Self>, dim: usize, indices: IntTensor<Self>, value: BoolTensor<Self>) -> BoolTensor<Self> => plain;
-        fn bool_equal(lhs: BoolTensor<Self>, rhs: BoolTensor<Self>) -> BoolTensor<Self> => plain;
-        fn bool_equal_elem(lhs: BoolTensor<Self>, rhs: Scalar) -> BoolTensor<Self> => plain;
-        fn bool_not(tensor: BoolTensor<Self>) -> BoolTensor<Self> => plain;
-        fn bool_and(lhs: BoolTensor<Self>, rhs: BoolTensor<Self>) -> BoolTensor<Self> => plain;
-        fn bool_or(lhs: BoolTensor<Self>, rhs: BoolTensor<Self>) -> BoolTensor<Self> => plain;
-        fn bool_swap_dims(tensor: BoolTensor<Self>, dim1: usize, dim2: usize) -> BoolTensor<Self> => plain;
-        fn bool_permute(tensor: BoolTensor<Self>, axes: &[usize]) -> BoolTensor<Self> => plain;
-        fn bool_flip(tensor: BoolTensor<Self>, axes: &[usize]) -> BoolTensor<Self> => plain;
-        fn bool_expand(tensor: BoolTensor<Self>, shape: Shape) -> BoolTensor<Self> => plain;
-        fn bool_unfold(tensor: BoolTensor<Self>, dim: usize, size: usize, step: usize) -> BoolTensor<Self> => plain;
-    }
+    bool_op_list!(forward_ops);
 }

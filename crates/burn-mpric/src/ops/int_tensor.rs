@@ -13,6 +13,76 @@ use crate::backend::MixedPrecision;
 use crate::device::MpDevice;
 use crate::tensor::MpInt;
 
+/// The ops of this trait that both decorators forward, with their op-table entries.
+macro_rules! int_op_list {
+    ($m:ident) => {
+        $m! {
+            fn int_reshape(tensor: IntTensor<Self>, shape: Shape) -> IntTensor<Self> => plain;
+            fn int_slice(tensor: IntTensor<Self>, slices: &[Slice]) -> IntTensor<Self> => plain;
+            fn int_slice_assign(tensor: IntTensor<Self>, slices: &[Slice], value: IntTensor<Self>) -> IntTensor<Self> => plain;
+            fn int_mask_where(tensor: IntTensor<Self>, mask: BoolTensor<Self>, value: IntTensor<Self>) -> IntTensor<Self> => plain;
+            fn int_mask_fill(tensor: IntTensor<Self>, mask: BoolTensor<Self>, value: Scalar) -> IntTensor<Self> => plain;
+            fn int_gather(dim: usize, tensor: IntTensor<Self>, indices: IntTensor<Self>) -> IntTensor<Self> => plain;
+            fn int_scatter_add(dim: usize, tensor: IntTensor<Self>, indices: IntTensor<Self>, value: IntTensor<Self>) -> IntTensor<Self> => plain;
+            fn int_select(tensor: IntTensor<Self>, dim: usize, indices: IntTensor<Self>) -> IntTensor<Self> => plain;
+            fn int_select_add(tensor: IntTensor<Self>, dim: usize, indices: IntTensor<Self>, value: IntTensor<Self>) -> IntTensor<Self> => plain;
+            fn int_equal(lhs: IntTensor<Self>, rhs: IntTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> => plain;
+            fn int_equal_elem(lhs: IntTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self> => plain;
+            fn int_greater(lhs: IntTensor<Self>, rhs: IntTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> => plain;
+            fn int_greater_elem(lhs: IntTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self> => plain;
+            fn int_greater_equal(lhs: IntTensor<Self>, rhs: IntTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> => plain;
+            fn int_greater_equal_elem(lhs: IntTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self> => plain;
+            fn int_lower(lhs: IntTensor<Self>, rhs: IntTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> => plain;
+            fn int_lower_elem(lhs: IntTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self> => plain;
+            fn int_lower_equal(lhs: IntTensor<Self>, rhs: IntTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> => plain;
+            fn int_lower_equal_elem(lhs: IntTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self> => plain;
+            fn int_add(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> => plain;
+            fn int_add_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> => plain;
+            fn int_sub(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> => plain;
+            fn int_sub_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> => plain;
+            fn int_mul(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> => plain;
+            fn int_mul_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> => plain;
+            fn int_div(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> => plain;
+            fn int_div_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> => plain;
+            fn int_remainder(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> => plain;
+            fn int_remainder_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> => plain;
+            fn int_matmul(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> => plain;
+            fn int_sum(tensor: IntTensor<Self>) -> IntTensor<Self> => plain;
+            fn int_sum_dim(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> => plain;
+            fn int_prod(tensor: IntTensor<Self>) -> IntTensor<Self> => plain;
+            fn int_prod_dim(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> => plain;
+            fn int_mean_dim(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> => plain;
+            fn int_cumsum(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> => plain;
+            fn int_cumprod(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> => plain;
+            fn int_cummin(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> => plain;
+            fn int_cummax(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> => plain;
+            fn int_argmax(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> => plain;
+            fn int_argtopk(tensor: IntTensor<Self>, dim: usize, k: usize) -> IntTensor<Self> => plain;
+            fn int_argmin(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> => plain;
+            fn int_abs(tensor: IntTensor<Self>) -> IntTensor<Self> => plain;
+            fn int_swap_dims(tensor: IntTensor<Self>, dim1: usize, dim2: usize) -> IntTensor<Self> => plain;
+            fn int_permute(tensor: IntTensor<Self>, axes: &[usize]) -> IntTensor<Self> => plain;
+            fn int_flip(tensor: IntTensor<Self>, axes: &[usize]) -> IntTensor<Self> => plain;
+            fn int_expand(tensor: IntTensor<Self>, shape: Shape) -> IntTensor<Self> => plain;
+            fn bitwise_and(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> => plain;
+            fn bitwise_and_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> => plain;
+            fn bitwise_or(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> => plain;
+            fn bitwise_or_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> => plain;
+            fn bitwise_xor(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> => plain;
+            fn bitwise_xor_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> => plain;
+            fn bitwise_not(tensor: IntTensor<Self>) -> IntTensor<Self> => plain;
+            fn bitwise_left_shift(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> => plain;
+            fn bitwise_left_shift_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> => plain;
+            fn bitwise_right_shift(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> => plain;
+            fn bitwise_right_shift_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> => plain;
+            fn int_cast(tensor: IntTensor<Self>, dtype: IntDType) -> IntTensor<Self> => plain;
+            fn int_unfold(tensor: IntTensor<Self>, dim: usize, size: usize, step: usize) -> IntTensor<Self> => plain;
+        }
+    };
+}
+
+pub(crate) use int_op_list;
+
 impl<B: Backend> IntTensorOps<Self> for MixedPrecision<B> {
     fn int_empty(shape: Shape, device: &Device<Self>, dtype: IntDType) -> IntTensor<Self> {
         MpInt::new(
@@ -62,66 +132,5 @@ impl<B: Backend> IntTensorOps<Self> for MixedPrecision<B> {
         })
     }
 
-    forward_ops! {
-        fn int_reshape(tensor: IntTensor<Self>, shape: Shape) -> IntTensor<Self> => plain;
-        fn int_slice(tensor: IntTensor<Self>, slices: &[Slice]) -> IntTensor<Self> => plain;
-        fn int_slice_assign(tensor: IntTensor<Self>, slices: &[Slice], value: IntTensor<Self>) -> IntTensor<Self> => plain;
-        fn int_mask_where(tensor: IntTensor<Self>, mask: BoolTensor<Self>, value: IntTensor<Self>) -> IntTensor<Self> => plain;
-        fn int_mask_fill(tensor: IntTensor<Self>, mask: BoolTensor<Self>, value: Scalar) -> IntTensor<Self> => plain;
-        fn int_gather(dim: usize, tensor: IntTensor<Self>, indices: IntTensor<Self>) -> IntTensor<Self> => plain;
-        fn int_scatter_add(dim: usize, tensor: IntTensor<Self>, indices: IntTensor<Self>, value: IntTensor<Self>) -> IntTensor<Self> => plain;
-        fn int_select(tensor: IntTensor<Self>, dim: usize, indices: IntTensor<Self>) -> IntTensor<Self> => plain;
-        fn int_select_add(tensor: IntTensor<Self>, dim: usize, indices: IntTensor<Self>, value: IntTensor<Self>) -> IntTensor<Self> => plain;
-        fn int_equal(lhs: IntTensor<Self>, rhs: IntTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> => plain;
-        fn int_equal_elem(lhs: IntTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self> => plain;
-        fn int_greater(lhs: IntTensor<Self>, rhs: IntTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> => plain;
-        fn int_greater_elem(lhs: IntTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self> => plain;
-        fn int_greater_equal(lhs: IntTensor<Self>, rhs: IntTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> => plain;
-        fn int_greater_equal_elem(lhs: IntTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self> => plain;
-        fn int_lower(lhs: IntTensor<Self>, rhs: IntTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> => plain;
-        fn int_lower_elem(lhs: IntTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self> => plain;
-        fn int_lower_equal(lhs: IntTensor<Self>, rhs: IntTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> => plain;
-        fn int_lower_equal_elem(lhs: IntTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self> => plain;
-        fn int_add(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> => plain;
-        fn int_add_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> => plain;
-        fn int_sub(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> => plain;
-        fn int_sub_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> => plain;
-        fn int_mul(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> => plain;
-        fn int_mul_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> => plain;
-        fn int_div(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> => plain;
-        fn int_div_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> => plain;
-        fn int_remainder(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> => plain;
-        fn int_remainder_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> => plain;
-        fn int_matmul(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> => plain;
-        fn int_sum(tensor: IntTensor<Self>) -> IntTensor<Self> => plain;
-        fn int_sum_dim(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> => plain;
-        fn int_prod(tensor: IntTensor<Self>) -> IntTensor<Self> => plain;
-        fn int_prod_dim(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> => plain;
-        fn int_mean_dim(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> => plain;
-        fn int_cumsum(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> => plain;
-        fn int_cumprod(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> => plain;
-        fn int_cummin(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> => plain;
-        fn int_cummax(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> => plain;
-        fn int_argmax(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> => plain;
-        fn int_argtopk(tensor: IntTensor<Self>, dim: usize, k: usize) -> IntTensor<Self> => plain;
-        fn int_argmin(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> => plain;
-        fn int_abs(tensor: IntTensor<Self>) -> IntTensor<Self> => plain;
-        fn int_swap_dims(tensor: IntTensor<Self>, dim1: usize, dim2: usize) -> IntTensor<Self> => plain;
-        fn int_permute(tensor: IntTensor<Self>, axes: &[usize]) -> IntTensor<Self> => plain;
-        fn int_flip(tensor: IntTensor<Self>, axes: &[usize]) -> IntTensor<Self> => plain;
-        fn int_expand(tensor: IntTensor<Self>, shape: Shape) -> IntTensor<Self> => plain;
-        fn bitwise_and(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> => plain;
-        fn bitwise_and_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> => plain;
-        fn bitwise_or(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> => plain;
-        fn bitwise_or_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> => plain;
-        fn bitwise_xor(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> => plain;
-        fn bitwise_xor_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> => plain;
-        fn bitwise_not(tensor: IntTensor<Self>) -> IntTensor<Self> => plain;
-        fn bitwise_left_shift(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> => plain;
-        fn bitwise_left_shift_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> => plain;
-        fn bitwise_right_shift(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> => plain;
-        fn bitwise_right_shift_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> => plain;
-        fn int_cast(tensor: IntTensor<Self>, dtype: IntDType) -> IntTensor<Self> => plain;
-        fn int_unfold(tensor: IntTensor<Self>, dim: usize, size: usize, step: usize) -> IntTensor<Self> => plain;
-    }
+    int_op_list!(forward_ops);
 }

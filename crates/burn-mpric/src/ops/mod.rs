@@ -1,11 +1,11 @@
 //! The decorator's op implementations, split by Burn's op traits.
 
-mod activation;
+pub(crate) mod activation;
 pub(crate) mod args;
-mod bool_tensor;
+pub(crate) mod bool_tensor;
 pub(crate) mod forward;
-mod int_tensor;
-mod module;
-mod qtensor;
-mod tensor;
+pub(crate) mod int_tensor;
+pub(crate) mod module;
+pub(crate) mod qtensor;
+pub(crate) mod tensor;
 mod transaction;

@@ -1,0 +1,479 @@
+//! [`Instrumented`]: a backend decorator that records the dtypes of the float tensors every
+//! op receives, to audit what a backend (such as [`MixedPrecision`](crate::MixedPrecision))
+//! hands to the backend below it.
+
+use core::marker::PhantomData;
+use std::cell::RefCell;
+
+use burn::tensor::FloatDType;
+use burn_backend::ops::{
+    ActivationOps, AttentionModuleOptions, BoolTensorOps, ConvOptions, ConvTransposeOptions,
+    DeformConv2dBackward, DeformConvOptions, FloatTensorOps, GridSampleOptions, IntTensorOps,
+    InterpolateOptions, MaxPool1dBackward, MaxPool1dWithIndices, MaxPool2dBackward,
+    MaxPool2dWithIndices, ModuleOps, QTensorOps, TransactionOps, UnfoldOptions,
+};
+use burn_backend::quantization::{QuantScheme, QuantizationParametersPrimitive};
+use burn_backend::tensor::{BoolTensor, Device, FloatTensor, IntTensor, QuantizedTensor};
+use burn_backend::{
+    Backend, BackendTypes, BoolDType, DType, DTypeUsageSet, Distribution, ExecutionError,
+    IntDType, QTensorPrimitive, Scalar, Shape, Slice, TensorData, TensorMetadata,
+};
+
+use crate::ops::activation::activation_op_list;
+use crate::ops::bool_tensor::bool_op_list;
+use crate::ops::int_tensor::int_op_list;
+use crate::ops::module::module_op_list;
+use crate::ops::qtensor::q_op_list;
+use crate::ops::tensor::float_op_list;
+
+/// One op call seen by an [`Instrumented`] backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpRecord {
+    /// Burn's method name (`float_matmul`, `linear_weight_backward`, ...).
+    pub op: &'static str,
+    /// The dtypes of the float tensors among the op's inputs, in argument order.
+    pub float_inputs: Vec<DType>,
+}
+
+thread_local! {
+    static LOG: RefCell<Option<Vec<OpRecord>>> = const { RefCell::new(None) };
+}
+
+fn log(op: &'static str, float_inputs: Vec<DType>) {
+    LOG.with(|l| {
+        if let Some(log) = l.borrow_mut().as_mut() {
+            log.push(OpRecord { op, float_inputs });
+        }
+    });
+}
+
+/// Runs `f` and returns what it returned with the op calls [`Instrumented`] backends saw
+/// on this thread meanwhile.
+///
+/// ```
+/// use burn::backend::Flex;
+/// use burn::tensor::{DType, Tensor};
+/// use burn_mpric::instrument::{Instrumented, record};
+///
+/// type B = Instrumented<Flex>;
+/// let a = Tensor::<B, 1>::ones([3], &Default::default());
+/// let (_, ops) = record(|| a.clone() + a.clone());
+/// assert_eq!(ops[0].op, "float_add");
+/// assert_eq!(ops[0].float_inputs, vec![DType::F32, DType::F32]);
+/// ```
+pub fn record<R>(f: impl FnOnce() -> R) -> (R, Vec<OpRecord>) {
+    let previous = LOG.with(|l| l.borrow_mut().replace(Vec::new()));
+    let result = f();
+    let log = LOG.with(|l| core::mem::replace(&mut *l.borrow_mut(), previous));
+    (result, log.unwrap_or_default())
+}
+
+/// A backend that forwards every op to `B` unchanged and logs the float input dtypes of
+/// each call (see [`record`]). Use it *under* another decorator to see what that decorator
+/// passes down: `MixedPrecision<Instrumented<Flex>>`.
+///
+/// ```
+/// use burn::backend::Flex;
+/// use burn_mpric::instrument::Instrumented;
+/// use burn::tensor::Tensor;
+///
+/// let t = Tensor::<Instrumented<Flex>, 1>::from_floats([1.0, 2.0], &Default::default());
+/// assert_eq!(t.sum().into_scalar(), 3.0);
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Instrumented<B> {
+    _inner: PhantomData<B>,
+}
+
+/// A primitive of an [`Instrumented`] backend: the inner primitive, unchanged.
+#[derive(Clone, Debug)]
+pub struct Rec<P>(P);
+
+impl<P: TensorMetadata> TensorMetadata for Rec<P> {
+    fn dtype(&self) -> DType {
+        self.0.dtype()
+    }
+
+    fn shape(&self) -> Shape {
+        self.0.shape()
+    }
+}
+
+impl<P: QTensorPrimitive> QTensorPrimitive for Rec<P> {
+    fn scheme(&self) -> &QuantScheme {
+        self.0.scheme()
+    }
+}
+
+trait Inspect: Sized {
+    type Inner;
+
+    fn dtypes(&self, _out: &mut Vec<DType>) {}
+
+    fn into_inner(self) -> Self::Inner;
+}
+
+trait Wrap {
+    type Inner;
+
+    fn wrap(inner: Self::Inner) -> Self;
+}
+
+impl<P: TensorMetadata> Inspect for Rec<P> {
+    type Inner = P;
+
+    fn dtypes(&self, out: &mut Vec<DType>) {
+        if self.0.dtype().is_float() {
+            out.push(self.0.dtype());
+        }
+    }
+
+    fn into_inner(self) -> P {
+        self.0
+    }
+}
+
+impl<P> Wrap for Rec<P> {
+    type Inner = P;
+
+    fn wrap(inner: P) -> Self {
+        Rec(inner)
+    }
+}
+
+impl<'a, T: ?Sized> Inspect for &'a T {
+    type Inner = &'a T;
+
+    fn into_inner(self) -> Self::Inner {
+        self
+    }
+}
+
+impl<T: Inspect> Inspect for Option<T> {
+    type Inner = Option<T::Inner>;
+
+    fn dtypes(&self, out: &mut Vec<DType>) {
+        if let Some(t) = self {
+            t.dtypes(out)
+        }
+    }
+
+    fn into_inner(self) -> Self::Inner {
+        self.map(T::into_inner)
+    }
+}
+
+impl<T: Inspect> Inspect for Vec<T> {
+    type Inner = Vec<T::Inner>;
+
+    fn dtypes(&self, out: &mut Vec<DType>) {
+        self.iter().for_each(|t| t.dtypes(out))
+    }
+
+    fn into_inner(self) -> Self::Inner {
+        self.into_iter().map(T::into_inner).collect()
+    }
+}
+
+impl<B: Backend> Inspect for QuantizationParametersPrimitive<Instrumented<B>> {
+    type Inner = QuantizationParametersPrimitive<B>;
+
+    fn dtypes(&self, out: &mut Vec<DType>) {
+        self.scales.dtypes(out)
+    }
+
+    fn into_inner(self) -> Self::Inner {
+        QuantizationParametersPrimitive {
+            scales: self.scales.0,
+        }
+    }
+}
+
+impl<T: Wrap> Wrap for Option<T> {
+    type Inner = Option<T::Inner>;
+
+    fn wrap(inner: Self::Inner) -> Self {
+        inner.map(T::wrap)
+    }
+}
+
+impl<T: Wrap> Wrap for Vec<T> {
+    type Inner = Vec<T::Inner>;
+
+    fn wrap(inner: Self::Inner) -> Self {
+        inner.into_iter().map(T::wrap).collect()
+    }
+}
+
+impl<T1: Wrap, T2: Wrap> Wrap for (T1, T2) {
+    type Inner = (T1::Inner, T2::Inner);
+
+    fn wrap((a, b): Self::Inner) -> Self {
+        (T1::wrap(a), T2::wrap(b))
+    }
+}
+
+macro_rules! passive {
+    ($($ty:ty),* $(,)?) => {$(
+        impl Inspect for $ty {
+            type Inner = $ty;
+
+            fn into_inner(self) -> Self::Inner {
+                self
+            }
+        }
+
+        impl Wrap for $ty {
+            type Inner = $ty;
+
+            fn wrap(inner: Self::Inner) -> Self {
+                inner
+            }
+        }
+    )*};
+}
+
+passive!(
+    usize,
+    bool,
+    f64,
+    [usize; 2],
+    Shape,
+    Scalar,
+    FloatDType,
+    IntDType,
+    BoolDType,
+    InterpolateOptions,
+    AttentionModuleOptions,
+    GridSampleOptions,
+    UnfoldOptions,
+    ConvOptions<1>,
+    ConvOptions<2>,
+    ConvOptions<3>,
+    ConvTransposeOptions<1>,
+    ConvTransposeOptions<2>,
+    ConvTransposeOptions<3>,
+    DeformConvOptions<2>,
+);
+
+macro_rules! wrap_struct {
+    ($($name:ident { $($field:ident),* }),* $(,)?) => {$(
+        impl<B: Backend> Wrap for $name<Instrumented<B>> {
+            type Inner = $name<B>;
+
+            fn wrap(inner: Self::Inner) -> Self {
+                $name { $($field: Wrap::wrap(inner.$field)),* }
+            }
+        }
+    )*};
+}
+
+wrap_struct!(
+    MaxPool1dWithIndices { output, indices },
+    MaxPool2dWithIndices { output, indices },
+    MaxPool1dBackward { x_grad },
+    MaxPool2dBackward { x_grad },
+    DeformConv2dBackward { x_grad, offset_grad, weight_grad, mask_grad, bias_grad },
+);
+
+/// Forwards the listed ops to `B`, logging the float input dtypes of each call.
+macro_rules! record_ops {
+    ($( fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) -> $ret:ty => $kind:ident $($op:ident)? ; )*) => {$(
+        fn $name($($arg: $ty),*) -> $ret {
+            let mut dtypes = Vec::new();
+            $( Inspect::dtypes(&$arg, &mut dtypes); )*
+            log(stringify!($name), dtypes);
+            <$ret as Wrap>::wrap(B::$name($(Inspect::into_inner($arg)),*))
+        }
+    )*};
+}
+
+impl<B: Backend> BackendTypes for Instrumented<B> {
+    type Device = B::Device;
+    type FloatTensorPrimitive = Rec<B::FloatTensorPrimitive>;
+    type FloatElem = B::FloatElem;
+    type IntTensorPrimitive = Rec<B::IntTensorPrimitive>;
+    type IntElem = B::IntElem;
+    type BoolTensorPrimitive = Rec<B::BoolTensorPrimitive>;
+    type BoolElem = B::BoolElem;
+    type QuantizedTensorPrimitive = Rec<B::QuantizedTensorPrimitive>;
+}
+
+impl<B: Backend> Backend for Instrumented<B> {
+    fn name(device: &Self::Device) -> String {
+        format!("instrumented<{}>", B::name(device))
+    }
+
+    fn seed(device: &Self::Device, seed: u64) {
+        B::seed(device, seed)
+    }
+
+    fn sync(device: &Self::Device) -> Result<(), ExecutionError> {
+        B::sync(device)
+    }
+
+    fn supports_dtype(device: &Self::Device, dtype: DType) -> bool {
+        B::supports_dtype(device, dtype)
+    }
+
+    fn dtype_usage(device: &Self::Device, dtype: DType) -> DTypeUsageSet {
+        B::dtype_usage(device, dtype)
+    }
+
+    fn device_count(type_id: u16) -> usize {
+        B::device_count(type_id)
+    }
+}
+
+impl<B: Backend> FloatTensorOps<Self> for Instrumented<B> {
+    fn float_from_data(data: TensorData, device: &Device<Self>) -> FloatTensor<Self> {
+        Rec(B::float_from_data(data, device))
+    }
+
+    fn float_random(
+        shape: Shape,
+        distribution: Distribution,
+        device: &Device<Self>,
+        dtype: FloatDType,
+    ) -> FloatTensor<Self> {
+        Rec(B::float_random(shape, distribution, device, dtype))
+    }
+
+    fn float_zeros(shape: Shape, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
+        Rec(B::float_zeros(shape, device, dtype))
+    }
+
+    fn float_ones(shape: Shape, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
+        Rec(B::float_ones(shape, device, dtype))
+    }
+
+    fn float_full(
+        shape: Shape,
+        fill_value: Scalar,
+        device: &Device<Self>,
+        dtype: FloatDType,
+    ) -> FloatTensor<Self> {
+        Rec(B::float_full(shape, fill_value, device, dtype))
+    }
+
+    fn float_empty(shape: Shape, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
+        Rec(B::float_empty(shape, device, dtype))
+    }
+
+    async fn float_into_data(tensor: FloatTensor<Self>) -> Result<TensorData, ExecutionError> {
+        B::float_into_data(tensor.0).await
+    }
+
+    fn float_device(tensor: &FloatTensor<Self>) -> Device<Self> {
+        B::float_device(&tensor.0)
+    }
+
+    fn float_to_device(tensor: FloatTensor<Self>, device: &Device<Self>) -> FloatTensor<Self> {
+        Rec(B::float_to_device(tensor.0, device))
+    }
+
+    float_op_list!(record_ops);
+}
+
+impl<B: Backend> IntTensorOps<Self> for Instrumented<B> {
+    fn int_empty(shape: Shape, device: &Device<Self>, dtype: IntDType) -> IntTensor<Self> {
+        Rec(B::int_empty(shape, device, dtype))
+    }
+
+    async fn int_into_data(tensor: IntTensor<Self>) -> Result<TensorData, ExecutionError> {
+        B::int_into_data(tensor.0).await
+    }
+
+    fn int_from_data(data: TensorData, device: &Device<Self>) -> IntTensor<Self> {
+        Rec(B::int_from_data(data, device))
+    }
+
+    fn int_device(tensor: &IntTensor<Self>) -> Device<Self> {
+        B::int_device(&tensor.0)
+    }
+
+    fn int_to_device(tensor: IntTensor<Self>, device: &Device<Self>) -> IntTensor<Self> {
+        Rec(B::int_to_device(tensor.0, device))
+    }
+
+    fn int_random(
+        shape: Shape,
+        distribution: Distribution,
+        device: &Device<Self>,
+        dtype: IntDType,
+    ) -> IntTensor<Self> {
+        Rec(B::int_random(shape, distribution, device, dtype))
+    }
+
+    fn int_into_float(tensor: IntTensor<Self>, out_dtype: FloatDType) -> FloatTensor<Self> {
+        Rec(B::int_into_float(tensor.0, out_dtype))
+    }
+
+    int_op_list!(record_ops);
+}
+
+impl<B: Backend> BoolTensorOps<Self> for Instrumented<B> {
+    fn bool_empty(shape: Shape, device: &Device<Self>, dtype: BoolDType) -> BoolTensor<Self> {
+        Rec(B::bool_empty(shape, device, dtype))
+    }
+
+    fn bool_zeros(shape: Shape, device: &Device<Self>, dtype: BoolDType) -> BoolTensor<Self> {
+        Rec(B::bool_zeros(shape, device, dtype))
+    }
+
+    fn bool_ones(shape: Shape, device: &Device<Self>, dtype: BoolDType) -> BoolTensor<Self> {
+        Rec(B::bool_ones(shape, device, dtype))
+    }
+
+    async fn bool_into_data(tensor: BoolTensor<Self>) -> Result<TensorData, ExecutionError> {
+        B::bool_into_data(tensor.0).await
+    }
+
+    fn bool_from_data(data: TensorData, device: &Device<Self>) -> BoolTensor<Self> {
+        Rec(B::bool_from_data(data, device))
+    }
+
+    fn bool_device(tensor: &BoolTensor<Self>) -> Device<Self> {
+        B::bool_device(&tensor.0)
+    }
+
+    fn bool_to_device(tensor: BoolTensor<Self>, device: &Device<Self>) -> BoolTensor<Self> {
+        Rec(B::bool_to_device(tensor.0, device))
+    }
+
+    fn bool_into_float(tensor: BoolTensor<Self>, out_dtype: FloatDType) -> FloatTensor<Self> {
+        Rec(B::bool_into_float(tensor.0, out_dtype))
+    }
+
+    bool_op_list!(record_ops);
+}
+
+impl<B: Backend> ModuleOps<Self> for Instrumented<B> {
+    module_op_list!(record_ops);
+}
+
+impl<B: Backend> ActivationOps<Self> for Instrumented<B> {
+    activation_op_list!(record_ops);
+}
+
+impl<B: Backend> QTensorOps<Self> for Instrumented<B> {
+    fn q_from_data(data: TensorData, device: &Device<Self>) -> QuantizedTensor<Self> {
+        Rec(B::q_from_data(data, device))
+    }
+
+    fn q_device(tensor: &QuantizedTensor<Self>) -> Device<Self> {
+        B::q_device(&tensor.0)
+    }
+
+    fn q_to_device(tensor: QuantizedTensor<Self>, device: &Device<Self>) -> QuantizedTensor<Self> {
+        Rec(B::q_to_device(tensor.0, device))
+    }
+
+    async fn q_into_data(tensor: QuantizedTensor<Self>) -> Result<TensorData, ExecutionError> {
+        B::q_into_data(tensor.0).await
+    }
+
+    q_op_list!(record_ops);
+}
+
+impl<B: Backend> TransactionOps<Self> for Instrumented<B> {}
