@@ -1,0 +1,223 @@
+//! Numerics of the decorator on Flex: compute ops equal an explicit cast -> op reference,
+//! the identity policy is bit-identical to the bare backend, and mixed-precision training
+//! ends close to f32 training with the parameters still at f32.
+
+use burn::backend::{Autodiff, Flex, NdArray};
+use burn::module::{Module, Param};
+use burn::nn::loss::{MseLoss, Reduction};
+use burn::nn::{Linear, LinearConfig, Relu};
+use burn::optim::{AdamConfig, GradientsParams, Optimizer, SgdConfig};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::module::conv2d;
+use burn::tensor::ops::ConvOptions;
+use burn::tensor::{DType, ElementConversion, Distribution, FloatDType, Tensor, TensorData};
+use burn_mpric::{MixedPrecision, MpDevice, Policy, cast_grads_to_param_dtype};
+
+type Mp = MixedPrecision<Flex>;
+
+fn device(policy: &str) -> MpDevice<Flex> {
+    Mp::device(Default::default(), policy.parse::<Policy>().unwrap()).unwrap()
+}
+
+fn data(shape: [usize; 2], seed: u64) -> TensorData {
+    <Flex as Backend>::seed(&Default::default(), seed);
+    Tensor::<Flex, 2>::random(shape, Distribution::Normal(0.0, 1.0), &Default::default())
+        .into_data()
+}
+
+#[test]
+fn compute_ops_equal_an_explicit_cast_then_op() {
+    for (policy, half) in [("mixed_bf16", FloatDType::BF16), ("mixed_f16", FloatDType::F16)] {
+        let device = device(policy);
+        let (a, b) = (data([5, 7], 1), data([7, 3], 2));
+        let got = Tensor::<Mp, 2>::from_data(a.clone(), &device)
+            .matmul(Tensor::<Mp, 2>::from_data(b.clone(), &device))
+            .into_data();
+        let bare = Default::default();
+        let want = Tensor::<Flex, 2>::from_data(a, &bare)
+            .cast(half)
+            .matmul(Tensor::<Flex, 2>::from_data(b, &bare).cast(half))
+            .into_data();
+        assert_eq!(got.dtype, DType::from(half));
+        assert_eq!(got, want, "{policy}: matmul");
+
+        let x = data([2, 18], 3).convert::<f32>();
+        let w = data([4, 9], 4).convert::<f32>();
+        let x = TensorData::new(x.to_vec::<f32>().unwrap(), [1, 2, 3, 6]);
+        let w = TensorData::new(w.to_vec::<f32>().unwrap(), [2, 2, 3, 3]);
+        let options = ConvOptions::new([1, 1], [1, 1], [1, 1], 1);
+        let got = conv2d(
+            Tensor::<Mp, 4>::from_data(x.clone(), &device),
+            Tensor::<Mp, 4>::from_data(w.clone(), &device),
+            None,
+            options.clone(),
+        )
+        .into_data();
+        let want = conv2d(
+            Tensor::<Flex, 4>::from_data(x, &bare).cast(half),
+            Tensor::<Flex, 4>::from_data(w, &bare).cast(half),
+            None,
+            options,
+        )
+        .into_data();
+        assert_eq!(got, want, "{policy}: conv2d");
+    }
+}
+
+#[derive(Module, Debug)]
+struct Mlp<B: Backend> {
+    l1: Linear<B>,
+    l2: Linear<B>,
+    act: Relu,
+}
+
+impl<B: Backend> Mlp<B> {
+    fn new(device: &B::Device) -> Self {
+        Self {
+            l1: LinearConfig::new(8, 32).init(device),
+            l2: LinearConfig::new(32, 1).init(device),
+            act: Relu::new(),
+        }
+    }
+
+    fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        self.l2.forward(self.act.forward(self.l1.forward(x)))
+    }
+}
+
+/// A fixed regression problem: y = sum of sin(x).
+fn problem<B: Backend>(device: &B::Device) -> (Tensor<B, 2>, Tensor<B, 2>) {
+    let x = data([64, 8], 11);
+    let y: Vec<f32> = x
+        .to_vec::<f32>()
+        .unwrap()
+        .chunks(8)
+        .map(|row| row.iter().map(|v| v.sin()).sum())
+        .collect();
+    (
+        Tensor::from_data(x, device),
+        Tensor::from_data(TensorData::new(y, [64, 1]), device),
+    )
+}
+
+fn mse<B: Backend>(model: &Mlp<B>, x: Tensor<B, 2>, y: Tensor<B, 2>) -> Tensor<B, 1> {
+    MseLoss::new().forward(model.forward(x).cast(FloatDType::F32), y, Reduction::Mean)
+}
+
+/// Trains the same initial model for `steps` Adam steps; returns the final loss and model.
+fn train<B: AutodiffBackend>(device: &B::Device, init: &Mlp<B>, steps: usize) -> (f32, Mlp<B>) {
+    let (x, y) = problem::<B>(device);
+    let mut model = init.clone();
+    let mut optim = AdamConfig::new().init();
+    for _ in 0..steps {
+        let loss = mse(&model, x.clone(), y.clone());
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        let grads = cast_grads_to_param_dtype(&model, grads);
+        model = optim.step(1e-2, model, grads);
+    }
+    let loss = mse(&model, x, y).into_scalar().elem::<f32>();
+    (loss, model)
+}
+
+fn same_init<B: Backend>(device: &B::Device) -> Mlp<B> {
+    // One f32 init on the bare backend, copied into every run, so all runs start equal.
+    <Flex as Backend>::seed(&Default::default(), 42);
+    let reference = Mlp::<Flex>::new(&Default::default());
+    let copy = |l: &Linear<Flex>| {
+        let mut linear = LinearConfig::new(1, 1).init::<B>(device);
+        linear.weight = Param::from_tensor(Tensor::from_data(l.weight.val().into_data(), device));
+        linear.bias = l
+            .bias
+            .as_ref()
+            .map(|b| Param::from_tensor(Tensor::from_data(b.val().into_data(), device)));
+        linear
+    };
+    Mlp {
+        l1: copy(&reference.l1),
+        l2: copy(&reference.l2),
+        act: Relu::new(),
+    }
+}
+
+fn params_dtypes<B: Backend>(model: &Mlp<B>) -> Vec<DType> {
+    vec![
+        model.l1.weight.val().dtype(),
+        model.l1.bias.as_ref().unwrap().val().dtype(),
+        model.l2.weight.val().dtype(),
+    ]
+}
+
+#[test]
+fn mixed_training_ends_within_two_percent_of_f32_with_f32_params() {
+    let f32_device = Default::default();
+    let (f32_loss, _) = train::<Autodiff<Flex>>(&f32_device, &same_init(&f32_device), 200);
+    for policy in ["mixed_bf16", "mixed_f16"] {
+        let device = device(policy);
+        let (loss, model) = train::<Autodiff<Mp>>(&device, &same_init(&device), 200);
+        let rel = (loss - f32_loss).abs() / f32_loss;
+        assert!(
+            rel < 0.02,
+            "{policy}: final loss {loss} vs f32 {f32_loss} ({:.2}%)",
+            rel * 100.0
+        );
+        assert!(params_dtypes(&model).iter().all(|d| *d == DType::F32));
+    }
+}
+
+#[test]
+fn params_stay_at_the_param_dtype_through_100_adam_and_100_sgd_steps() {
+    let device = device("mixed_f16");
+    let (x, y) = problem::<Autodiff<Mp>>(&device);
+    let mut model = same_init::<Autodiff<Mp>>(&device);
+    let mut adam = AdamConfig::new().init();
+    let mut sgd = SgdConfig::new().init();
+    for step in 0..200 {
+        let loss = mse(&model, x.clone(), y.clone());
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        let grads = cast_grads_to_param_dtype(&model, grads);
+        model = if step < 100 {
+            adam.step(1e-3, model, grads)
+        } else {
+            sgd.step(1e-3, model, grads)
+        };
+        assert!(params_dtypes(&model).iter().all(|d| *d == DType::F32), "step {step}");
+    }
+}
+
+#[test]
+fn identity_policy_is_bit_identical_to_the_bare_backend() {
+    let device = device("f32");
+    let bare = Default::default();
+    let mp_model = same_init::<Autodiff<Mp>>(&device);
+    let bare_model = same_init::<Autodiff<Flex>>(&bare);
+    let (x, y) = problem::<Autodiff<Mp>>(&device);
+    let (bx, by) = problem::<Autodiff<Flex>>(&bare);
+    let mp_loss = mse(&mp_model, x, y);
+    let bare_loss = mse(&bare_model, bx, by);
+    assert_eq!(mp_loss.to_data(), bare_loss.to_data());
+    let g = mp_loss.backward();
+    let bg = bare_loss.backward();
+    assert_eq!(
+        mp_model.l1.weight.grad(&g).unwrap().into_data(),
+        bare_model.l1.weight.grad(&bg).unwrap().into_data()
+    );
+    assert_eq!(
+        mp_model.l2.bias.as_ref().unwrap().grad(&g).unwrap().into_data(),
+        bare_model.l2.bias.as_ref().unwrap().grad(&bg).unwrap().into_data()
+    );
+}
+
+#[test]
+fn a_policy_the_device_cannot_run_is_a_configuration_error() {
+    let err = MixedPrecision::<NdArray>::device(Default::default(), "mixed_f16".parse::<Policy>().unwrap())
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("F16") && msg.contains("F32"), "{msg}");
+    // The identity policy runs anywhere, and bit-identically to the bare backend.
+    let device = MixedPrecision::<NdArray>::device(Default::default(), Policy::F32).unwrap();
+    let a = Tensor::<MixedPrecision<NdArray>, 1>::from_floats([0.1, 0.7], &device).exp();
+    let b = Tensor::<NdArray, 1>::from_floats([0.1, 0.7], &Default::default()).exp();
+    assert_eq!(a.into_data(), b.into_data());
+    // NdArray has no half: the default device falls back to full precision.
+    assert_eq!(MpDevice::<NdArray>::default().policy(), Policy::F32);
+}
