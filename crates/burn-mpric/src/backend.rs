@@ -4,10 +4,10 @@ use core::marker::PhantomData;
 
 use burn_backend::{Backend, BackendTypes, DType, DTypeUsageSet, ExecutionError, TensorData};
 
+use crate::PolicyError;
 use crate::device::MpDevice;
 use crate::settings::PrecisionSettings;
 use crate::tensor::{MpBool, MpFloat, MpInt, MpQuant};
-use crate::PolicyError;
 
 /// A Burn backend that runs any inner backend `B` under a mixed-precision policy: compute
 /// ops at the compute dtype, precision-sensitive ops at f32, the rest at the widest input

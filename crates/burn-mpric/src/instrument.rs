@@ -15,8 +15,8 @@ use burn_backend::ops::{
 use burn_backend::quantization::{QuantScheme, QuantizationParametersPrimitive};
 use burn_backend::tensor::{BoolTensor, Device, FloatTensor, IntTensor, QuantizedTensor};
 use burn_backend::{
-    Backend, BackendTypes, BoolDType, DType, DTypeUsageSet, Distribution, ExecutionError,
-    IntDType, QTensorPrimitive, Scalar, Shape, Slice, TensorData, TensorMetadata,
+    Backend, BackendTypes, BoolDType, DType, DTypeUsageSet, Distribution, ExecutionError, IntDType,
+    QTensorPrimitive, Scalar, Shape, Slice, TensorData, TensorMetadata,
 };
 
 use crate::ops::activation::activation_op_list;
@@ -273,7 +273,13 @@ wrap_struct!(
     MaxPool2dWithIndices { output, indices },
     MaxPool1dBackward { x_grad },
     MaxPool2dBackward { x_grad },
-    DeformConv2dBackward { x_grad, offset_grad, weight_grad, mask_grad, bias_grad },
+    DeformConv2dBackward {
+        x_grad,
+        offset_grad,
+        weight_grad,
+        mask_grad,
+        bias_grad
+    },
 );
 
 /// Forwards the listed ops to `B`, logging the float input dtypes of each call.

@@ -121,7 +121,10 @@ impl PrecisionSettings {
             categories[op.index()] = self.category(*op);
         }
         Ok(Resolved {
-            settings: PrecisionSettings { policy, ..self.clone() },
+            settings: PrecisionSettings {
+                policy,
+                ..self.clone()
+            },
             param,
             compute,
             output,

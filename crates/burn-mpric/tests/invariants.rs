@@ -101,7 +101,11 @@ fn linear_forward_and_backward() {
     for (policy, compute) in [("mixed_bf16", DType::BF16), ("mixed_f16", DType::F16)] {
         let device = device(policy);
         let linear = LinearConfig::new(8, 4).init::<Ad>(&device);
-        assert_eq!(linear.weight.val().dtype(), DType::F32, "params at param dtype");
+        assert_eq!(
+            linear.weight.val().dtype(),
+            DType::F32,
+            "params at param dtype"
+        );
         let x = random([3, 8], &device).require_grad();
         let ((), log) = record(|| {
             let y = linear.forward(x.clone());
@@ -142,7 +146,9 @@ fn conv2d_forward_and_backward() {
 fn layer_norm_runs_at_f32_even_on_half_inputs() {
     let device = device("mixed_bf16");
     let norm = LayerNormConfig::new(8).init::<Ad>(&device);
-    let x = random([2, 8], &device).cast(burn::tensor::FloatDType::BF16).require_grad();
+    let x = random([2, 8], &device)
+        .cast(burn::tensor::FloatDType::BF16)
+        .require_grad();
     let ((), log) = record(|| {
         let y = norm.forward(x.clone());
         assert_eq!(y.dtype(), DType::F32);
@@ -200,7 +206,10 @@ fn everything_else_runs_at_the_widest_input_dtype() {
     assert_eq!(sum.dtype(), DType::F32);
     assert_eq!(same.dtype(), DType::BF16);
     let calls = |op: &str| -> Vec<Vec<DType>> {
-        log.iter().filter(|r| r.op == op).map(|r| r.float_inputs.clone()).collect()
+        log.iter()
+            .filter(|r| r.op == op)
+            .map(|r| r.float_inputs.clone())
+            .collect()
     };
     // bf16 + f32: the bf16 operand is cast up first, then the add sees f32 twice.
     assert_eq!(calls("float_cast"), vec![vec![DType::BF16]]);
@@ -229,7 +238,9 @@ fn creation_ops_make_the_param_dtype() {
         );
         assert_eq!(Tensor::<Mp, 1>::from_floats([1.0], &device).dtype(), param);
         assert_eq!(
-            Tensor::<Mp, 1, Int>::from_ints([1], &device).float().dtype(),
+            Tensor::<Mp, 1, Int>::from_ints([1], &device)
+                .float()
+                .dtype(),
             param
         );
         let linear = LinearConfig::new(2, 2).init::<Ad>(&device);
@@ -239,20 +250,24 @@ fn creation_ops_make_the_param_dtype() {
 
 #[test]
 fn two_policies_side_by_side_on_parallel_threads() {
-    let handles: Vec<_> = [("mixed_f16", DType::F16), ("mixed_bf16", DType::BF16), ("f32", DType::F32)]
-        .into_iter()
-        .cycle()
-        .take(9)
-        .map(|(policy, compute)| {
-            std::thread::spawn(move || {
-                let device = device(policy);
-                for _ in 0..20 {
-                    let a = Tensor::<Mp, 2>::ones([4, 4], &device);
-                    assert_eq!(a.clone().matmul(a).dtype(), compute, "{policy}");
-                }
-            })
+    let handles: Vec<_> = [
+        ("mixed_f16", DType::F16),
+        ("mixed_bf16", DType::BF16),
+        ("f32", DType::F32),
+    ]
+    .into_iter()
+    .cycle()
+    .take(9)
+    .map(|(policy, compute)| {
+        std::thread::spawn(move || {
+            let device = device(policy);
+            for _ in 0..20 {
+                let a = Tensor::<Mp, 2>::ones([4, 4], &device);
+                assert_eq!(a.clone().matmul(a).dtype(), compute, "{policy}");
+            }
         })
-        .collect();
+    })
+    .collect();
     for h in handles {
         h.join().unwrap();
     }
@@ -286,7 +301,8 @@ fn instrumented_backend_catches_mixed_dtypes_when_nothing_casts() {
     let device = Default::default();
     let a = Tensor::<Inner, 1>::from_floats([1.0], &device).cast(burn::tensor::FloatDType::BF16);
     let b = Tensor::<Inner, 1>::from_floats([1.0], &device);
-    let (_, log) = record(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| a.clone() + b.clone())));
+    let (_, log) =
+        record(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| a.clone() + b.clone())));
     assert_eq!(log[0].float_inputs, vec![DType::BF16, DType::F32]);
 }
 
@@ -296,5 +312,8 @@ fn module_dtypes_survive_save_and_reload_shapes() {
     let device = device("mixed_f16");
     let linear = LinearConfig::new(3, 2).init::<Ad>(&device);
     assert_eq!(linear.num_params(), 8);
-    assert_eq!(linear.devices()[0].policy().to_string(), "p=f32,c=f16,o=f32");
+    assert_eq!(
+        linear.devices()[0].policy().to_string(),
+        "p=f32,c=f16,o=f32"
+    );
 }

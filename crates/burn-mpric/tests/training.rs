@@ -10,7 +10,7 @@ use burn::optim::{AdamConfig, GradientsParams, Optimizer, SgdConfig};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::module::conv2d;
 use burn::tensor::ops::ConvOptions;
-use burn::tensor::{DType, ElementConversion, Distribution, FloatDType, Tensor, TensorData};
+use burn::tensor::{DType, Distribution, ElementConversion, FloatDType, Tensor, TensorData};
 use burn_mpric::{MixedPrecision, MpDevice, Policy, cast_grads_to_param_dtype};
 
 type Mp = MixedPrecision<Flex>;
@@ -27,7 +27,10 @@ fn data(shape: [usize; 2], seed: u64) -> TensorData {
 
 #[test]
 fn compute_ops_equal_an_explicit_cast_then_op() {
-    for (policy, half) in [("mixed_bf16", FloatDType::BF16), ("mixed_f16", FloatDType::F16)] {
+    for (policy, half) in [
+        ("mixed_bf16", FloatDType::BF16),
+        ("mixed_f16", FloatDType::F16),
+    ] {
         let device = device(policy);
         let (a, b) = (data([5, 7], 1), data([7, 3], 2));
         let got = Tensor::<Mp, 2>::from_data(a.clone(), &device)
@@ -180,7 +183,10 @@ fn params_stay_at_the_param_dtype_through_100_adam_and_100_sgd_steps() {
         } else {
             sgd.step(1e-3, model, grads)
         };
-        assert!(params_dtypes(&model).iter().all(|d| *d == DType::F32), "step {step}");
+        assert!(
+            params_dtypes(&model).iter().all(|d| *d == DType::F32),
+            "step {step}"
+        );
     }
 }
 
@@ -202,15 +208,32 @@ fn identity_policy_is_bit_identical_to_the_bare_backend() {
         bare_model.l1.weight.grad(&bg).unwrap().into_data()
     );
     assert_eq!(
-        mp_model.l2.bias.as_ref().unwrap().grad(&g).unwrap().into_data(),
-        bare_model.l2.bias.as_ref().unwrap().grad(&bg).unwrap().into_data()
+        mp_model
+            .l2
+            .bias
+            .as_ref()
+            .unwrap()
+            .grad(&g)
+            .unwrap()
+            .into_data(),
+        bare_model
+            .l2
+            .bias
+            .as_ref()
+            .unwrap()
+            .grad(&bg)
+            .unwrap()
+            .into_data()
     );
 }
 
 #[test]
 fn a_policy_the_device_cannot_run_is_a_configuration_error() {
-    let err = MixedPrecision::<NdArray>::device(Default::default(), "mixed_f16".parse::<Policy>().unwrap())
-        .unwrap_err();
+    let err = MixedPrecision::<NdArray>::device(
+        Default::default(),
+        "mixed_f16".parse::<Policy>().unwrap(),
+    )
+    .unwrap_err();
     let msg = err.to_string();
     assert!(msg.contains("F16") && msg.contains("F32"), "{msg}");
     // The identity policy runs anywhere, and bit-identically to the bare backend.

@@ -50,7 +50,9 @@ fn bf16_on_an_adapter_without_it_is_a_configuration_error() {
         assert!(result.is_ok());
     } else {
         match result {
-            Err(PolicyError::UnsupportedByDevice { dtype, supported, .. }) => {
+            Err(PolicyError::UnsupportedByDevice {
+                dtype, supported, ..
+            }) => {
                 assert_eq!(dtype, bf16);
                 assert!(supported.contains(&FloatDType::F32));
             }

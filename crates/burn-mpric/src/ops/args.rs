@@ -296,5 +296,11 @@ wrap_struct!(
     MaxPool2dWithIndices { output, indices },
     MaxPool1dBackward { x_grad },
     MaxPool2dBackward { x_grad },
-    DeformConv2dBackward { x_grad, offset_grad, weight_grad, mask_grad, bias_grad },
+    DeformConv2dBackward {
+        x_grad,
+        offset_grad,
+        weight_grad,
+        mask_grad,
+        bias_grad
+    },
 );

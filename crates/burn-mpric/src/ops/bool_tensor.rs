@@ -3,7 +3,9 @@
 use burn::tensor::FloatDType;
 use burn_backend::ops::BoolTensorOps;
 use burn_backend::tensor::{BoolTensor, Device, FloatTensor, IntTensor};
-use burn_backend::{Backend, BoolDType, ExecutionError, IntDType, Scalar, Shape, Slice, TensorData};
+use burn_backend::{
+    Backend, BoolDType, ExecutionError, IntDType, Scalar, Shape, Slice, TensorData,
+};
 
 use super::forward::forward_ops;
 use super::tensor::create;
