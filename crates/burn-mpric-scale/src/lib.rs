@@ -1,1 +1,100 @@
-//! Loss scaling for Burn as a gradients transform.
+//! Loss scaling for [Burn](https://burn.dev) as a gradients transform.
+//!
+//! Low-precision (f16) training loses small gradients to underflow. Loss scaling multiplies the
+//! loss by a scale `S` before backward, so every gradient is `S` times larger, then divides the
+//! gradients by `S` before the optimizer step. A *dynamic* scale grows after a run of finite steps
+//! and backs off (skipping the step) when a gradient overflows.
+//!
+//! This crate provides:
+//!
+//! - three loss scales with functional state ([`NoOpLossScale`], [`StaticLossScale`],
+//!   [`DynamicLossScale`], and the [`LossScale`] enum over them), configured by a
+//!   [`LossScaleConfig`] with presets that reproduce PyTorch, jmp, eformer, Keras, Flax, DeepSpeed
+//!   and Megatron exactly (the scale always stays a finite, positive f32);
+//! - the one-pass gradient transform [`unscale_grads`] (cast to the parameter dtype, unscale,
+//!   one finiteness flag for all gradients of any rank and float dtype) and
+//!   [`cast_grads_to_param_dtype`];
+//! - [`LossScaler`], the step contract around any Burn optimizer: skip non-finite steps (params
+//!   and optimizer state untouched), update the scale, report a [`StepOutcome`];
+//! - global-norm clipping ([`GlobalNormClip`]), multi-replica flags ([`combine_finite_flags`]),
+//!   and checkpointable state ([`LossScalerRecord`]).
+//!
+//! # Example
+//!
+//! ```
+//! use burn::backend::{Autodiff, Flex};
+//! use burn::nn::{Linear, LinearConfig, loss::{MseLoss, Reduction}};
+//! use burn::optim::{AdamConfig, GradientsParams};
+//! use burn::tensor::Tensor;
+//! use burn_mpric_scale::{LossScaleConfig, LossScaler};
+//!
+//! type B = Autodiff<Flex>;
+//! let device = Default::default();
+//! let mut model: Linear<B> = LinearConfig::new(3, 1).init(&device);
+//! let mut optim = AdamConfig::new().init();
+//! let mut scaler = LossScaler::dynamic(LossScaleConfig::torch()).unwrap();
+//!
+//! let x = Tensor::<B, 2>::from_floats([[1.0, 2.0, 3.0]], &device);
+//! let y = Tensor::<B, 2>::from_floats([[1.0]], &device);
+//! for _ in 0..3 {
+//!     let loss = MseLoss::new().forward(model.forward(x.clone()), y.clone(), Reduction::Mean);
+//!     let scaled = scaler.scale_loss(loss);
+//!     let grads = GradientsParams::from_grads(scaled.backward(), &model);
+//!     let (next, outcome) = scaler.step(&mut optim, 1e-2, model, grads);
+//!     model = next;
+//!     assert!(outcome.unwrap().is_applied());
+//! }
+//! assert_eq!(scaler.stats().steps, 3);
+//! ```
+//!
+//! # Multiple devices
+//!
+//! Every replica of a data-parallel run must take the same decision, or the replicas drift
+//! apart: if any replica saw a non-finite gradient, all of them skip the step and all of them
+//! back off. The combined flag is the logical AND of the replicas' finiteness flags (the maximum,
+//! or PyTorch's sum, of their `found_inf` values), read once.
+//!
+//! Inside one process, each replica calls [`unscale_grads`]; [`all_replicas_finite`] moves the
+//! on-device flags to one device, ANDs them ([`combine_finite_flags`]) and reads the result with
+//! a single host read; then every replica runs or skips its optimizer and calls
+//! [`LossScaler::update`] with that one flag. Across processes, all-reduce a one-element f32
+//! `found_inf = 1 - finite` tensor with a max (or sum) reduction through burn-collective (Burn's
+//! `collective` feature, which also provides `GradientsParams::all_reduce`) before reading it.
+//! This crate does not depend on burn-collective, so that it stays cheap to build.
+//!
+//! # Burn details worth knowing
+//!
+//! - The generic backend parameter of a `#[derive(Module)]` struct must be named `B`.
+//! - Parameters are initialized lazily: clone a module only after its parameters were read (for
+//!   example after a forward pass), or the clone draws its own random values.
+//! - Gradients come back in the dtype their backward produced (for example f16 for an f32
+//!   parameter under mixed precision): [`cast_grads_to_param_dtype`] and [`unscale_grads`]
+//!   return them in the parameter's dtype.
+#![warn(missing_docs)]
+
+mod clip;
+mod config;
+mod dtype;
+mod dynamic;
+mod error;
+mod loss_scale;
+mod noop;
+mod outcome;
+mod record;
+mod replicas;
+mod scaler;
+mod static_scale;
+mod unscale;
+
+pub use clip::{GlobalNormClip, global_grad_norm};
+pub use config::{LossScaleConfig, MIN_SCALE, UpdateRule};
+pub use dynamic::DynamicLossScale;
+pub use error::{LossScaleError, StateError, StepError};
+pub use loss_scale::{LossScale, LossScaling};
+pub use noop::NoOpLossScale;
+pub use outcome::{ScalerStats, StepAction, StepOutcome};
+pub use record::{LossScaleKind, LossScalerRecord, RECORD_FORMAT_VERSION};
+pub use replicas::{all_replicas_finite, combine_finite_flags};
+pub use scaler::LossScaler;
+pub use static_scale::StaticLossScale;
+pub use unscale::{UnscaledGrads, cast_grads_to_param_dtype, unscale_grads};

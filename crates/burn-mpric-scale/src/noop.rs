@@ -1,0 +1,45 @@
+//! The no-op loss scale (scale 1): for bf16 and f32 training.
+
+use crate::loss_scale::LossScaling;
+
+/// A loss scale of exactly 1 that never changes: scaling and unscaling are the identity.
+///
+/// This is the bf16 mode: bf16 has f32's exponent range, so no scaling is needed, but a
+/// [`LossScaler`](crate::LossScaler) built on it still checks every step's gradients and skips
+/// (and counts) non-finite steps.
+///
+/// # Example
+///
+/// ```
+/// use burn_mpric_scale::{LossScaling, NoOpLossScale};
+///
+/// let s = NoOpLossScale;
+/// assert_eq!(s.loss_scale(), 1.0);
+/// assert_eq!(s.adjust(false), s);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NoOpLossScale;
+
+impl LossScaling for NoOpLossScale {
+    fn loss_scale(&self) -> f32 {
+        1.0
+    }
+
+    fn adjust(self, _grads_finite: bool) -> Self {
+        self
+    }
+
+    fn scale<B: burn::tensor::backend::Backend, const D: usize>(
+        &self,
+        loss: burn::Tensor<B, D>,
+    ) -> burn::Tensor<B, D> {
+        loss
+    }
+
+    fn unscale<B: burn::tensor::backend::Backend, const D: usize>(
+        &self,
+        tensor: burn::Tensor<B, D>,
+    ) -> burn::Tensor<B, D> {
+        tensor
+    }
+}

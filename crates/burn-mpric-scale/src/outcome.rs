@@ -1,0 +1,157 @@
+//! What one step did: [`StepOutcome`], and the running counters [`ScalerStats`].
+
+use serde::{Deserialize, Serialize};
+
+/// Whether the optimizer step ran.
+///
+/// # Example
+///
+/// ```
+/// use burn_mpric_scale::StepAction;
+///
+/// assert_ne!(StepAction::Applied, StepAction::Skipped);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StepAction {
+    /// All gradients were finite and the optimizer step ran.
+    Applied,
+    /// A gradient was non-finite; the optimizer was not called, so parameters and optimizer
+    /// state (moments, step counters) are unchanged.
+    Skipped,
+}
+
+/// Running counters of a [`LossScaler`](crate::LossScaler) (optax `apply_if_finite`'s counters).
+///
+/// # Example
+///
+/// ```
+/// use burn_mpric_scale::LossScaler;
+///
+/// let mut scaler = LossScaler::noop();
+/// scaler.update(true);
+/// scaler.update(false);
+/// scaler.update(false);
+/// let stats = scaler.stats();
+/// assert_eq!((stats.steps, stats.skipped, stats.consecutive_skipped), (3, 2, 2));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ScalerStats {
+    /// Steps seen (applied and skipped).
+    pub steps: u64,
+    /// Steps skipped because of non-finite gradients, in total (never reset).
+    pub skipped: u64,
+    /// Steps skipped since the last applied step.
+    pub consecutive_skipped: u64,
+}
+
+impl ScalerStats {
+    /// The counters after one more step.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_scale::ScalerStats;
+    ///
+    /// let s = ScalerStats::default().record(false).record(true);
+    /// assert_eq!((s.steps, s.skipped, s.consecutive_skipped), (2, 1, 0));
+    /// ```
+    #[must_use]
+    pub fn record(self, applied: bool) -> Self {
+        Self {
+            steps: self.steps.saturating_add(1),
+            skipped: self.skipped.saturating_add(u64::from(!applied)),
+            consecutive_skipped: if applied {
+                0
+            } else {
+                self.consecutive_skipped.saturating_add(1)
+            },
+        }
+    }
+
+    /// Steps that were applied.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_scale::ScalerStats;
+    ///
+    /// assert_eq!(ScalerStats::default().record(true).applied(), 1);
+    /// ```
+    pub fn applied(&self) -> u64 {
+        self.steps - self.skipped
+    }
+}
+
+/// What one step did.
+///
+/// `loss` is the loss unscaled with the scale that was *used* for this step (`scale_used`), not
+/// the next one, so it is right on growth and backoff steps too.
+///
+/// # Example
+///
+/// ```
+/// use burn_mpric_scale::{LossScaleConfig, LossScaler};
+///
+/// let mut scaler = LossScaler::dynamic(LossScaleConfig::new().with_initial_scale(64.0)).unwrap();
+/// let outcome = scaler.update(false);
+/// assert!(outcome.is_skipped());
+/// assert!(outcome.found_non_finite());
+/// assert_eq!((outcome.scale_used, outcome.next_scale), (64.0, 32.0));
+/// assert_eq!(outcome.stats.skipped, 1);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepOutcome {
+    /// Whether the optimizer step ran.
+    pub action: StepAction,
+    /// The scale the loss was multiplied by (and the gradients divided by) in this step.
+    pub scale_used: f32,
+    /// The scale for the next step.
+    pub next_scale: f32,
+    /// The loss divided by `scale_used`, when a loss was given to the step.
+    pub loss: Option<f32>,
+    /// The global L2 norm of the unscaled gradients before clipping, when clipping is on.
+    pub grad_norm: Option<f32>,
+    /// The scaler's counters after this step.
+    pub stats: ScalerStats,
+}
+
+impl StepOutcome {
+    /// `true` when the optimizer step ran.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_scale::LossScaler;
+    ///
+    /// assert!(LossScaler::noop().update(true).is_applied());
+    /// ```
+    pub fn is_applied(&self) -> bool {
+        self.action == StepAction::Applied
+    }
+
+    /// `true` when the step was skipped.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_scale::LossScaler;
+    ///
+    /// assert!(LossScaler::noop().update(false).is_skipped());
+    /// ```
+    pub fn is_skipped(&self) -> bool {
+        self.action == StepAction::Skipped
+    }
+
+    /// `true` when a non-finite gradient was found (the step was skipped because of it).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_scale::LossScaler;
+    ///
+    /// assert!(!LossScaler::noop().update(true).found_non_finite());
+    /// ```
+    pub fn found_non_finite(&self) -> bool {
+        self.is_skipped()
+    }
+}

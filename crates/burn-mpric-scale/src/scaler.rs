@@ -1,0 +1,496 @@
+//! The step contract: scale the loss, unscale and check all gradients, step or skip, update.
+
+use burn::module::AutodiffModule;
+use burn::optim::{GradientsParams, LearningRate, Optimizer};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Bool, FloatDType, Tensor, TensorData, Transaction};
+
+use crate::clip::{GlobalNormClip, global_grad_norm};
+use crate::config::LossScaleConfig;
+use crate::error::{LossScaleError, StepError};
+use crate::loss_scale::{LossScale, LossScaling};
+use crate::outcome::{ScalerStats, StepAction, StepOutcome};
+use crate::unscale::{UnscaledGrads, read_bool};
+
+/// Loss scaling as a gradients transform around any Burn [`Optimizer`].
+///
+/// One training step with a scaler:
+///
+/// 1. [`scale_loss`](Self::scale_loss): multiply the loss by `S` (in f32) **before** backward;
+/// 2. [`step`](Self::step) (or [`step_with_loss`](Self::step_with_loss)): over all gradients of
+///    the module, cast to the parameter dtype, unscale by `1/S` and compute one finiteness flag
+///    (one host read per step, shared with the loss and the gradient norm); optionally clip by
+///    global norm; run the optimizer if everything is finite, otherwise skip it (parameters and
+///    optimizer state stay bit-identical); update the scale; return a [`StepOutcome`].
+///
+/// The lower-level pieces are public for hand-written loops (jmp style):
+/// [`unscale_grads`](Self::unscale_grads) → [`UnscaledGrads::read_finite`] → optimizer or not →
+/// [`update`](Self::update).
+///
+/// With [`LossScaler::noop`] (bf16 mode) nothing is scaled, but non-finite steps are still
+/// skipped and counted.
+///
+/// # Example
+///
+/// ```
+/// use burn::backend::{Autodiff, Flex};
+/// use burn::nn::{Linear, LinearConfig, loss::{MseLoss, Reduction}};
+/// use burn::optim::{GradientsParams, SgdConfig};
+/// use burn::tensor::Tensor;
+/// use burn_mpric_scale::{LossScaleConfig, LossScaler};
+///
+/// type B = Autodiff<Flex>;
+/// let device = Default::default();
+/// let mut model: Linear<B> = LinearConfig::new(4, 4).init(&device);
+/// let mut optim = SgdConfig::new().init();
+/// let mut scaler = LossScaler::dynamic(LossScaleConfig::new().with_initial_scale(1024.0)).unwrap();
+///
+/// let x = Tensor::<B, 2>::ones([2, 4], &device);
+/// let loss = MseLoss::new().forward(model.forward(x.clone()), x, Reduction::Mean);
+/// let scaled = scaler.scale_loss(loss);
+/// let grads = GradientsParams::from_grads(scaled.backward(), &model);
+/// let (next, outcome) = scaler.step_with_loss(&mut optim, 0.1, model, grads, scaled);
+/// model = next;
+/// let outcome = outcome.unwrap();
+/// assert!(outcome.is_applied());
+/// assert_eq!(outcome.scale_used, 1024.0);
+/// assert!(outcome.loss.unwrap() >= 0.0);
+/// # let _ = model;
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LossScaler {
+    loss_scale: LossScale,
+    clip: Option<GlobalNormClip>,
+    stats: ScalerStats,
+}
+
+impl Default for LossScaler {
+    /// A dynamic scaler with the default configuration ([`LossScaleConfig::new`]).
+    fn default() -> Self {
+        Self::new(LossScale::default())
+    }
+}
+
+struct StepValues {
+    finite: bool,
+    loss: Option<f32>,
+    norm: Option<f32>,
+}
+
+impl LossScaler {
+    /// A scaler around an existing loss scale, with no clipping and zeroed counters.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_scale::{LossScaler, StaticLossScale};
+    ///
+    /// let scaler = LossScaler::new(StaticLossScale::new(256.0).unwrap());
+    /// assert_eq!(scaler.scale(), 256.0);
+    /// ```
+    pub fn new(loss_scale: impl Into<LossScale>) -> Self {
+        Self {
+            loss_scale: loss_scale.into(),
+            clip: None,
+            stats: ScalerStats::default(),
+        }
+    }
+
+    pub(crate) fn from_state(
+        loss_scale: LossScale,
+        clip: Option<GlobalNormClip>,
+        stats: ScalerStats,
+    ) -> Self {
+        Self {
+            loss_scale,
+            clip,
+            stats,
+        }
+    }
+
+    /// A dynamic scaler; the configuration is validated.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_scale::{LossScaleConfig, LossScaler};
+    ///
+    /// assert!(LossScaler::dynamic(LossScaleConfig::deepspeed()).is_ok());
+    /// assert!(LossScaler::dynamic(LossScaleConfig::new().with_backoff_factor(1.5)).is_err());
+    /// ```
+    pub fn dynamic(config: LossScaleConfig) -> Result<Self, LossScaleError> {
+        LossScale::dynamic(config).map(Self::new)
+    }
+
+    /// A scaler with a fixed scale.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_scale::LossScaler;
+    ///
+    /// assert!(LossScaler::fixed(0.0).is_err());
+    /// ```
+    pub fn fixed(scale: f32) -> Result<Self, LossScaleError> {
+        LossScale::fixed(scale).map(Self::new)
+    }
+
+    /// The bf16 mode: scale 1, but non-finite steps are still skipped and counted.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_scale::LossScaler;
+    ///
+    /// assert_eq!(LossScaler::noop().scale(), 1.0);
+    /// ```
+    pub fn noop() -> Self {
+        Self::new(LossScale::noop())
+    }
+
+    /// Clips all gradients to a global L2 norm of `max_norm` after unscaling.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_scale::LossScaler;
+    ///
+    /// let scaler = LossScaler::noop().with_clip_norm(1.0).unwrap();
+    /// assert_eq!(scaler.clip().unwrap().max_norm(), 1.0);
+    /// assert!(LossScaler::noop().with_clip_norm(-1.0).is_err());
+    /// ```
+    pub fn with_clip_norm(self, max_norm: f32) -> Result<Self, LossScaleError> {
+        Ok(self.with_clip(Some(GlobalNormClip::new(max_norm)?)))
+    }
+
+    /// Sets or removes global-norm clipping.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_scale::{GlobalNormClip, LossScaler};
+    ///
+    /// let clip = GlobalNormClip::new(2.0).unwrap();
+    /// assert_eq!(LossScaler::noop().with_clip(Some(clip)).clip(), Some(clip));
+    /// ```
+    pub fn with_clip(mut self, clip: Option<GlobalNormClip>) -> Self {
+        self.clip = clip;
+        self
+    }
+
+    /// The global-norm clipping in effect, if any.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_scale::LossScaler;
+    ///
+    /// assert!(LossScaler::noop().clip().is_none());
+    /// ```
+    pub fn clip(&self) -> Option<GlobalNormClip> {
+        self.clip
+    }
+
+    /// The loss scale state.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_scale::LossScaler;
+    ///
+    /// assert!(LossScaler::default().loss_scale().as_dynamic().is_some());
+    /// ```
+    pub fn loss_scale(&self) -> &LossScale {
+        &self.loss_scale
+    }
+
+    /// The current scale `S` (the one the next step uses).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_scale::LossScaler;
+    ///
+    /// assert_eq!(LossScaler::default().scale(), 32768.0);
+    /// ```
+    pub fn scale(&self) -> f32 {
+        self.loss_scale.loss_scale()
+    }
+
+    /// The running counters.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_scale::LossScaler;
+    ///
+    /// assert_eq!(LossScaler::default().stats().steps, 0);
+    /// ```
+    pub fn stats(&self) -> ScalerStats {
+        self.stats
+    }
+
+    /// Multiplies the loss by `S` (after casting it to f32) before backward; see
+    /// [`LossScaling::scale`].
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::Flex;
+    /// use burn::tensor::{DType, FloatDType, Tensor};
+    /// use burn_mpric_scale::LossScaler;
+    ///
+    /// // An f16 loss times 2^15 would overflow f16 (max 65504); the scaled loss is f32.
+    /// let loss = Tensor::<Flex, 1>::from_floats([4.0], &Default::default()).cast(FloatDType::F16);
+    /// let scaled = LossScaler::default().scale_loss(loss);
+    /// assert_eq!(scaled.dtype(), DType::F32);
+    /// assert_eq!(scaled.into_scalar(), 131072.0);
+    /// ```
+    pub fn scale_loss<B: Backend, const D: usize>(&self, loss: Tensor<B, D>) -> Tensor<B, D> {
+        self.loss_scale.scale(loss)
+    }
+
+    /// Casts, unscales and checks all gradients of `module` with the current scale; see
+    /// [`unscale_grads`](crate::unscale_grads). Nothing is read from the device.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::optim::GradientsParams;
+    /// use burn::tensor::Tensor;
+    /// use burn_mpric_scale::LossScaler;
+    ///
+    /// let device = Default::default();
+    /// let model: Linear<Autodiff<Flex>> = LinearConfig::new(1, 1).init(&device);
+    /// let mut grads = GradientsParams::new();
+    /// grads.register(model.weight.id, Tensor::<Flex, 2>::from_floats([[f32::INFINITY]], &device));
+    /// let unscaled = LossScaler::default().unscale_grads(&model, grads);
+    /// assert!(!unscaled.read_finite().unwrap());
+    /// ```
+    pub fn unscale_grads<B: AutodiffBackend, M: AutodiffModule<B>>(
+        &self,
+        module: &M,
+        grads: GradientsParams,
+    ) -> UnscaledGrads<B::InnerBackend> {
+        self.loss_scale.unscale_grads::<B, M>(module, grads)
+    }
+
+    /// Records a step whose gradients were finite or not: updates the scale and the counters and
+    /// returns the outcome (without loss or norm). Call it once per step, after deciding whether
+    /// the optimizer ran.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_scale::{LossScaleConfig, LossScaler};
+    ///
+    /// let config = LossScaleConfig::new().with_initial_scale(4.0).with_growth_interval(1);
+    /// let mut scaler = LossScaler::dynamic(config).unwrap();
+    /// let outcome = scaler.update(true);
+    /// assert!(outcome.is_applied());
+    /// assert_eq!((outcome.scale_used, outcome.next_scale), (4.0, 8.0));
+    /// assert_eq!(scaler.scale(), 8.0);
+    /// ```
+    pub fn update(&mut self, grads_finite: bool) -> StepOutcome {
+        let scale_used = self.scale();
+        self.loss_scale = self.loss_scale.adjust(grads_finite);
+        self.stats = self.stats.record(grads_finite);
+        StepOutcome {
+            action: if grads_finite {
+                StepAction::Applied
+            } else {
+                StepAction::Skipped
+            },
+            scale_used,
+            next_scale: self.scale(),
+            loss: None,
+            grad_norm: None,
+            stats: self.stats,
+        }
+    }
+
+    /// One optimizer step over `grads` (computed from a loss scaled by
+    /// [`scale_loss`](Self::scale_loss)): unscale and check all gradients, clip if configured,
+    /// run `optim` if all are finite or skip it, then update the scale.
+    ///
+    /// The module always comes back. On `Err` (the device could not be read) nothing changed:
+    /// the optimizer was not called and the scaler state is the same.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::optim::{GradientsParams, SgdConfig};
+    /// use burn::tensor::Tensor;
+    /// use burn_mpric_scale::LossScaler;
+    ///
+    /// type B = Autodiff<Flex>;
+    /// let device = Default::default();
+    /// let model: Linear<B> = LinearConfig::new(1, 1).init(&device);
+    /// let before = model.weight.val().into_data();
+    /// let mut optim = SgdConfig::new().init();
+    /// let mut scaler = LossScaler::default();
+    ///
+    /// let mut grads = GradientsParams::new();
+    /// grads.register(model.weight.id, Tensor::<Flex, 2>::from_floats([[f32::NAN]], &device));
+    /// let (model, outcome) = scaler.step(&mut optim, 1.0, model, grads);
+    /// let outcome = outcome.unwrap();
+    /// assert!(outcome.is_skipped());
+    /// assert_eq!(outcome.next_scale, 16384.0);
+    /// assert_eq!(model.weight.val().into_data(), before);
+    /// ```
+    pub fn step<B, M, O>(
+        &mut self,
+        optim: &mut O,
+        lr: LearningRate,
+        module: M,
+        grads: GradientsParams,
+    ) -> (M, Result<StepOutcome, StepError>)
+    where
+        B: AutodiffBackend,
+        M: AutodiffModule<B>,
+        O: Optimizer<M, B>,
+    {
+        self.step_inner(optim, lr, module, grads, None)
+    }
+
+    /// Like [`step`](Self::step), and also reports the loss: `scaled_loss` is the tensor that
+    /// backward ran on; its mean is read in the same host read as the finiteness flag and divided
+    /// by the scale that was used.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::optim::{GradientsParams, SgdConfig};
+    /// use burn::tensor::Tensor;
+    /// use burn_mpric_scale::{LossScaleConfig, LossScaler};
+    ///
+    /// type B = Autodiff<Flex>;
+    /// let device = Default::default();
+    /// let model: Linear<B> = LinearConfig::new(2, 1).with_bias(false).init(&device);
+    /// let mut optim = SgdConfig::new().init();
+    /// // Interval 1: this step grows the scale from 4 to 8, and the loss is still divided by 4.
+    /// let config = LossScaleConfig::new().with_initial_scale(4.0).with_growth_interval(1);
+    /// let mut scaler = LossScaler::dynamic(config).unwrap();
+    ///
+    /// let loss = model.forward(Tensor::<B, 2>::zeros([1, 2], &device)).sum().add_scalar(1.5);
+    /// let scaled = scaler.scale_loss(loss);
+    /// let grads = GradientsParams::from_grads(scaled.backward(), &model);
+    /// let (_model, outcome) = scaler.step_with_loss(&mut optim, 0.1, model, grads, scaled);
+    /// let outcome = outcome.unwrap();
+    /// assert_eq!((outcome.scale_used, outcome.next_scale), (4.0, 8.0));
+    /// assert_eq!(outcome.loss, Some(1.5));
+    /// ```
+    pub fn step_with_loss<B, M, O, const D: usize>(
+        &mut self,
+        optim: &mut O,
+        lr: LearningRate,
+        module: M,
+        grads: GradientsParams,
+        scaled_loss: Tensor<B, D>,
+    ) -> (M, Result<StepOutcome, StepError>)
+    where
+        B: AutodiffBackend,
+        M: AutodiffModule<B>,
+        O: Optimizer<M, B>,
+    {
+        let loss = scaled_loss.inner().cast(FloatDType::F32).mean();
+        self.step_inner(optim, lr, module, grads, Some(loss))
+    }
+
+    fn step_inner<B, M, O>(
+        &mut self,
+        optim: &mut O,
+        lr: LearningRate,
+        module: M,
+        grads: GradientsParams,
+        loss: Option<Tensor<B::InnerBackend, 1>>,
+    ) -> (M, Result<StepOutcome, StepError>)
+    where
+        B: AutodiffBackend,
+        M: AutodiffModule<B>,
+        O: Optimizer<M, B>,
+    {
+        let scale_used = self.scale();
+        let unscaled = self.unscale_grads::<B, M>(&module, grads);
+        let norm = self
+            .clip
+            .and_then(|_| global_grad_norm::<B, M>(&module, unscaled.grads()));
+        let values = match read_step_values(unscaled.finite_flag(), loss, norm.clone()) {
+            Ok(values) => values,
+            Err(err) => return (module, Err(err)),
+        };
+        let module = if values.finite {
+            let mut grads = unscaled.into_grads();
+            if let (Some(clip), Some(norm)) = (self.clip, norm) {
+                grads = clip.clip_with_norm::<B, M>(&module, grads, norm);
+            }
+            optim.step(lr, module, grads)
+        } else {
+            module
+        };
+        let mut outcome = self.update(values.finite);
+        outcome.loss = values
+            .loss
+            .map(|loss| (f64::from(loss) / f64::from(scale_used)) as f32);
+        outcome.grad_norm = values.norm;
+        (module, Ok(outcome))
+    }
+}
+
+/// Reads the flag, the loss and the norm in one transaction (one device sync).
+fn read_step_values<B: Backend>(
+    flag: Option<Tensor<B, 1, Bool>>,
+    loss: Option<Tensor<B, 1>>,
+    norm: Option<Tensor<B, 1>>,
+) -> Result<StepValues, StepError> {
+    let (has_flag, has_loss, has_norm) = (flag.is_some(), loss.is_some(), norm.is_some());
+    if !(has_flag || has_loss || has_norm) {
+        return Ok(StepValues {
+            finite: true,
+            loss: None,
+            norm: None,
+        });
+    }
+    let mut transaction = Transaction::<B>::default();
+    if let Some(flag) = flag {
+        transaction = transaction.register(flag);
+    }
+    for value in [loss, norm].into_iter().flatten() {
+        transaction = transaction.register(value);
+    }
+    let mut data = transaction.try_execute()?.into_iter();
+    let mut next = || {
+        data.next().ok_or_else(|| {
+            StepError::UnexpectedRead("the transaction returned too few values".into())
+        })
+    };
+    let finite = if has_flag { read_bool(next()?)? } else { true };
+    let loss = if has_loss {
+        Some(read_f32(next()?)?)
+    } else {
+        None
+    };
+    let norm = if has_norm {
+        Some(read_f32(next()?)?)
+    } else {
+        None
+    };
+    Ok(StepValues { finite, loss, norm })
+}
+
+fn read_f32(data: TensorData) -> Result<f32, StepError> {
+    let values: Vec<f32> = data.iter::<f32>().collect();
+    match values.as_slice() {
+        [value] => Ok(*value),
+        other => Err(StepError::UnexpectedRead(format!(
+            "expected one value, got {}",
+            other.len()
+        ))),
+    }
+}

@@ -1,0 +1,58 @@
+//! A fixed loss scale.
+
+use crate::error::LossScaleError;
+use crate::loss_scale::LossScaling;
+
+/// A loss scale `S` that never changes (jmp `StaticLossScale`, DeepSpeed's static `loss_scale`).
+///
+/// Non-finite steps are still detected and skipped by a [`LossScaler`](crate::LossScaler); only
+/// the scale stays the same.
+///
+/// # Example
+///
+/// ```
+/// use burn_mpric_scale::{LossScaling, StaticLossScale};
+///
+/// let s = StaticLossScale::new(1024.0).unwrap();
+/// assert_eq!(s.adjust(false).loss_scale(), 1024.0);
+/// assert!(StaticLossScale::new(0.0).is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StaticLossScale {
+    scale: f32,
+}
+
+impl StaticLossScale {
+    /// A static scale; rejects anything that is not a finite f32 of at least
+    /// [`MIN_SCALE`](crate::MIN_SCALE).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_scale::StaticLossScale;
+    ///
+    /// assert!(StaticLossScale::new(128.0).is_ok());
+    /// assert!(StaticLossScale::new(f32::INFINITY).is_err());
+    /// assert!(StaticLossScale::new(-2.0).is_err());
+    /// ```
+    pub fn new(scale: f32) -> Result<Self, LossScaleError> {
+        if scale.is_finite() && scale >= crate::MIN_SCALE {
+            Ok(Self { scale })
+        } else {
+            Err(LossScaleError::InvalidScale {
+                name: "static scale",
+                value: scale,
+            })
+        }
+    }
+}
+
+impl LossScaling for StaticLossScale {
+    fn loss_scale(&self) -> f32 {
+        self.scale
+    }
+
+    fn adjust(self, _grads_finite: bool) -> Self {
+        self
+    }
+}

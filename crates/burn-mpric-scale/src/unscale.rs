@@ -1,0 +1,325 @@
+//! The one-pass gradient transform: cast to the parameter dtype, unscale, check finiteness.
+
+use std::collections::HashSet;
+
+use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
+use burn::optim::GradientsParams;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Bool, Tensor};
+
+use crate::dtype::{float_dtype, inverse_of, mul_in_compute};
+use crate::error::StepError;
+
+/// Gradients after [`unscale_grads`], with the finiteness flag still on the device.
+///
+/// `B` is the inner (non-autodiff) backend the gradients live on. Nothing has been read from the
+/// device yet: [`read_finite`](Self::read_finite) is the one host read, and a
+/// [`LossScaler`](crate::LossScaler) folds it into a single transaction with the loss.
+///
+/// # Example
+///
+/// ```
+/// use burn::backend::{Autodiff, Flex};
+/// use burn::nn::{Linear, LinearConfig};
+/// use burn::optim::GradientsParams;
+/// use burn::tensor::Tensor;
+/// use burn_mpric_scale::unscale_grads;
+///
+/// type B = Autodiff<Flex>;
+/// let device = Default::default();
+/// let model: Linear<B> = LinearConfig::new(2, 1).init(&device);
+/// let loss = model.forward(Tensor::<B, 2>::ones([1, 2], &device)).sum().mul_scalar(8.0);
+/// let grads = GradientsParams::from_grads(loss.backward(), &model);
+///
+/// let unscaled = unscale_grads(&model, grads, 8.0);
+/// assert_eq!(unscaled.len(), 2); // weight and bias
+/// assert!(unscaled.read_finite().unwrap());
+/// let bias_grad = unscaled.grads().get::<Flex, 1>(model.bias.as_ref().unwrap().id).unwrap();
+/// assert_eq!(bias_grad.into_scalar(), 1.0);
+/// ```
+#[derive(Debug)]
+pub struct UnscaledGrads<B: Backend> {
+    grads: GradientsParams,
+    finite: Option<Tensor<B, 1, Bool>>,
+    count: usize,
+    scale: f32,
+}
+
+impl<B: Backend> UnscaledGrads<B> {
+    /// The unscaled gradients.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::optim::GradientsParams;
+    /// use burn_mpric_scale::unscale_grads;
+    ///
+    /// let model: Linear<Autodiff<Flex>> = LinearConfig::new(2, 2).init(&Default::default());
+    /// assert!(unscale_grads(&model, GradientsParams::new(), 4.0).grads().is_empty());
+    /// ```
+    pub fn grads(&self) -> &GradientsParams {
+        &self.grads
+    }
+
+    /// Takes the unscaled gradients, for the optimizer.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::optim::GradientsParams;
+    /// use burn_mpric_scale::unscale_grads;
+    ///
+    /// let model: Linear<Autodiff<Flex>> = LinearConfig::new(2, 2).init(&Default::default());
+    /// let grads = unscale_grads(&model, GradientsParams::new(), 4.0).into_grads();
+    /// assert!(grads.is_empty());
+    /// ```
+    pub fn into_grads(self) -> GradientsParams {
+        self.grads
+    }
+
+    /// The scale the gradients were divided by.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::optim::GradientsParams;
+    /// use burn_mpric_scale::unscale_grads;
+    ///
+    /// let model: Linear<Autodiff<Flex>> = LinearConfig::new(2, 2).init(&Default::default());
+    /// assert_eq!(unscale_grads(&model, GradientsParams::new(), 4.0).scale(), 4.0);
+    /// ```
+    pub fn scale(&self) -> f32 {
+        self.scale
+    }
+
+    /// Number of gradients that were transformed (parameters of the module that had one).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::optim::GradientsParams;
+    /// use burn::tensor::Tensor;
+    /// use burn_mpric_scale::unscale_grads;
+    ///
+    /// let device = Default::default();
+    /// let model: Linear<Autodiff<Flex>> = LinearConfig::new(1, 1).init(&device);
+    /// let mut grads = GradientsParams::new();
+    /// grads.register(model.weight.id, Tensor::<Flex, 2>::from_floats([[1.0]], &device));
+    /// assert_eq!(unscale_grads(&model, grads, 4.0).len(), 1);
+    /// ```
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// `true` when the module had no gradient at all.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::optim::GradientsParams;
+    /// use burn_mpric_scale::unscale_grads;
+    ///
+    /// let model: Linear<Autodiff<Flex>> = LinearConfig::new(2, 2).init(&Default::default());
+    /// assert!(unscale_grads(&model, GradientsParams::new(), 1.0).is_empty());
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The on-device flag: a one-element bool tensor, `true` when every gradient element is
+    /// finite. `None` when there were no gradients (an empty set counts as finite, as in jmp).
+    ///
+    /// Flags of several replicas combine with [`combine_finite_flags`](crate::combine_finite_flags).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::optim::GradientsParams;
+    /// use burn_mpric_scale::unscale_grads;
+    ///
+    /// let model: Linear<Autodiff<Flex>> = LinearConfig::new(2, 2).init(&Default::default());
+    /// assert!(unscale_grads(&model, GradientsParams::new(), 1.0).finite_flag().is_none());
+    /// ```
+    pub fn finite_flag(&self) -> Option<Tensor<B, 1, Bool>> {
+        self.finite.clone()
+    }
+
+    /// Reads the finiteness flag: one host read (a device sync).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::optim::GradientsParams;
+    /// use burn::tensor::Tensor;
+    /// use burn_mpric_scale::unscale_grads;
+    ///
+    /// let device = Default::default();
+    /// let model: Linear<Autodiff<Flex>> = LinearConfig::new(1, 1).init(&device);
+    /// let mut grads = GradientsParams::new();
+    /// grads.register(model.weight.id, Tensor::<Flex, 2>::from_floats([[f32::NAN]], &device));
+    /// assert!(!unscale_grads(&model, grads, 4.0).read_finite().unwrap());
+    /// ```
+    pub fn read_finite(&self) -> Result<bool, StepError> {
+        match &self.finite {
+            None => Ok(true),
+            Some(flag) => read_bool(flag.clone().try_into_data()?),
+        }
+    }
+}
+
+/// Reads a one-element bool tensor's data.
+pub(crate) fn read_bool(data: burn::tensor::TensorData) -> Result<bool, StepError> {
+    let values: Vec<bool> = data.iter::<bool>().collect();
+    match values.as_slice() {
+        [value] => Ok(*value),
+        other => Err(StepError::UnexpectedRead(format!(
+            "expected one finiteness flag, got {} values",
+            other.len()
+        ))),
+    }
+}
+
+/// Casts each gradient of `module` to the dtype of its parameter.
+///
+/// Under mixed precision a gradient can come back in the compute dtype (f16 for an f32
+/// parameter); optimizers expect the parameter's dtype. Gradients of parameters that are not in
+/// `module` are left as they are; a parameter shared by several submodules is cast once.
+///
+/// # Example
+///
+/// ```
+/// use burn::backend::{Autodiff, Flex};
+/// use burn::nn::{Linear, LinearConfig};
+/// use burn::optim::GradientsParams;
+/// use burn::tensor::{DType, FloatDType, Tensor};
+/// use burn_mpric_scale::cast_grads_to_param_dtype;
+///
+/// let device = Default::default();
+/// let model: Linear<Autodiff<Flex>> = LinearConfig::new(2, 3).init(&device);
+/// let mut grads = GradientsParams::new();
+/// let f16_grad = Tensor::<Flex, 2>::ones([2, 3], &device).cast(FloatDType::F16);
+/// grads.register(model.weight.id, f16_grad);
+///
+/// let grads = cast_grads_to_param_dtype(&model, grads);
+/// assert_eq!(grads.get::<Flex, 2>(model.weight.id).unwrap().dtype(), DType::F32);
+/// ```
+pub fn cast_grads_to_param_dtype<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+    mut grads: GradientsParams,
+) -> GradientsParams {
+    let mut visitor = GradVisitor::<B>::new(&mut grads, None, false);
+    module.visit(&mut visitor);
+    grads
+}
+
+/// Unscales all gradients of `module` in one pass.
+///
+/// For every parameter of `module` that has a gradient in `grads` (any rank, any float dtype,
+/// f16 and bf16 included): the gradient is widened to f32 (f64 stays f64), multiplied by `1/S`
+/// (computed in f64 and rounded to f32, as PyTorch does; skipped when `S == 1`), cast to the
+/// parameter's dtype, and its `is_finite().all()` is AND-ed into one on-device flag.
+/// Non-finite gradients are unscaled too. Nothing is read from the device.
+///
+/// Unlike PyTorch, f16 gradients of f16 parameters are accepted: the multiplication runs in f32
+/// and is rounded once. `scale` should be a valid scale (see [`LossScaling`](crate::LossScaling));
+/// a degenerate one (0, infinity, NaN) makes the gradients non-finite, which the flag reports.
+///
+/// # Example
+///
+/// ```
+/// use burn::backend::{Autodiff, Flex};
+/// use burn::nn::{Linear, LinearConfig};
+/// use burn::optim::GradientsParams;
+/// use burn::tensor::{DType, FloatDType, Tensor};
+/// use burn_mpric_scale::unscale_grads;
+///
+/// let device = Default::default();
+/// let model: Linear<Autodiff<Flex>> = LinearConfig::new(1, 1).init(&device);
+/// let mut grads = GradientsParams::new();
+/// // An f16 gradient of an f32 parameter, scaled by 1024.
+/// let g = Tensor::<Flex, 2>::from_floats([[2048.0]], &device).cast(FloatDType::F16);
+/// grads.register(model.weight.id, g);
+/// let unscaled = unscale_grads(&model, grads, 1024.0);
+/// assert!(unscaled.read_finite().unwrap());
+/// let g = unscaled.into_grads().get::<Flex, 2>(model.weight.id).unwrap();
+/// assert_eq!(g.dtype(), DType::F32);
+/// assert_eq!(g.into_scalar(), 2.0);
+/// ```
+pub fn unscale_grads<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+    mut grads: GradientsParams,
+    scale: f32,
+) -> UnscaledGrads<B::InnerBackend> {
+    let inverse = (scale != 1.0).then(|| inverse_of(scale));
+    let mut visitor = GradVisitor::<B>::new(&mut grads, inverse, true);
+    module.visit(&mut visitor);
+    let (finite, count) = (visitor.finite, visitor.count);
+    UnscaledGrads {
+        grads,
+        finite,
+        count,
+        scale,
+    }
+}
+
+struct GradVisitor<'a, B: AutodiffBackend> {
+    grads: &'a mut GradientsParams,
+    inverse: Option<f32>,
+    check: bool,
+    finite: Option<Tensor<B::InnerBackend, 1, Bool>>,
+    seen: HashSet<ParamId>,
+    count: usize,
+}
+
+impl<'a, B: AutodiffBackend> GradVisitor<'a, B> {
+    fn new(grads: &'a mut GradientsParams, inverse: Option<f32>, check: bool) -> Self {
+        Self {
+            grads,
+            inverse,
+            check,
+            finite: None,
+            seen: HashSet::new(),
+            count: 0,
+        }
+    }
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for GradVisitor<'_, B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        if !self.seen.insert(param.id) {
+            return;
+        }
+        let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) else {
+            return;
+        };
+        let target = float_dtype(param.dtype());
+        let grad = match (self.inverse, target) {
+            (Some(inverse), _) => mul_in_compute(grad, inverse, target),
+            (None, Some(target)) => grad.cast(target),
+            (None, None) => grad,
+        };
+        if self.check {
+            let flag = grad.clone().is_finite().all();
+            self.finite = Some(match self.finite.take() {
+                Some(acc) => acc.bool_and(flag),
+                None => flag,
+            });
+        }
+        self.count += 1;
+        self.grads.register::<B::InnerBackend, D>(param.id, grad);
+    }
+}
