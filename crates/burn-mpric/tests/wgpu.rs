@@ -60,3 +60,23 @@ fn bf16_on_an_adapter_without_it_is_a_configuration_error() {
         }
     }
 }
+
+mod common;
+
+#[test]
+fn mlp_trained_200_steps_at_f16_on_wgpu_ends_within_two_percent_of_f32() {
+    use burn::backend::Autodiff;
+    use common::{params_dtypes, same_init, train};
+
+    let bare = Default::default();
+    let (f32_loss, _) = train::<Autodiff<Wgpu>>(&bare, &same_init(&bare), 200);
+    let device = Mp::device(Default::default(), "mixed_f16".parse::<Policy>().unwrap()).unwrap();
+    let (loss, model) = train::<Autodiff<Mp>>(&device, &same_init(&device), 200);
+    let rel = (loss - f32_loss).abs() / f32_loss;
+    assert!(
+        rel < 0.02,
+        "final loss {loss} vs f32 {f32_loss} ({:.2}%)",
+        rel * 100.0
+    );
+    assert!(params_dtypes(&model).iter().all(|d| *d == DType::F32));
+}
