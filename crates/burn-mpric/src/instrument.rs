@@ -233,28 +233,7 @@ macro_rules! passive {
     )*};
 }
 
-passive!(
-    usize,
-    bool,
-    f64,
-    [usize; 2],
-    Shape,
-    Scalar,
-    FloatDType,
-    IntDType,
-    BoolDType,
-    InterpolateOptions,
-    AttentionModuleOptions,
-    GridSampleOptions,
-    UnfoldOptions,
-    ConvOptions<1>,
-    ConvOptions<2>,
-    ConvOptions<3>,
-    ConvTransposeOptions<1>,
-    ConvTransposeOptions<2>,
-    ConvTransposeOptions<3>,
-    DeformConvOptions<2>,
-);
+crate::ops::args::for_passive_types!(passive);
 
 macro_rules! wrap_struct {
     ($($name:ident { $($field:ident),* }),* $(,)?) => {$(

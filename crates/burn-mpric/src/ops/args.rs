@@ -239,30 +239,40 @@ macro_rules! passive {
     )*};
 }
 
-passive!(
-    usize,
-    bool,
-    f64,
-    [usize; 2],
-    Shape,
-    Scalar,
-    Distribution,
-    FloatDType,
-    IntDType,
-    BoolDType,
-    TensorData,
-    InterpolateOptions,
-    AttentionModuleOptions,
-    GridSampleOptions,
-    UnfoldOptions,
-    ConvOptions<1>,
-    ConvOptions<2>,
-    ConvOptions<3>,
-    ConvTransposeOptions<1>,
-    ConvTransposeOptions<2>,
-    ConvTransposeOptions<3>,
-    DeformConvOptions<2>,
-);
+/// Every argument and result type that carries no tensor; both decorators hand them
+/// through untouched.
+macro_rules! for_passive_types {
+    ($m:ident) => {
+        $m!(
+            usize,
+            bool,
+            f64,
+            [usize; 2],
+            Shape,
+            Scalar,
+            Distribution,
+            FloatDType,
+            IntDType,
+            BoolDType,
+            TensorData,
+            InterpolateOptions,
+            AttentionModuleOptions,
+            GridSampleOptions,
+            UnfoldOptions,
+            ConvOptions<1>,
+            ConvOptions<2>,
+            ConvOptions<3>,
+            ConvTransposeOptions<1>,
+            ConvTransposeOptions<2>,
+            ConvTransposeOptions<3>,
+            DeformConvOptions<2>,
+        );
+    };
+}
+
+pub(crate) use for_passive_types;
+
+for_passive_types!(passive);
 
 macro_rules! passive_ref {
     ($($ty:ty),* $(,)?) => {$(
