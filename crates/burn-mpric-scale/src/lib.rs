@@ -95,6 +95,6 @@ pub use noop::NoOpLossScale;
 pub use outcome::{ScalerStats, StepAction, StepOutcome};
 pub use record::{LossScaleKind, LossScalerRecord, RECORD_FORMAT_VERSION};
 pub use replicas::{all_replicas_finite, combine_finite_flags};
-pub use scaler::LossScaler;
+pub use scaler::{CheckedGrads, LossScaler};
 pub use static_scale::StaticLossScale;
 pub use unscale::{UnscaledGrads, cast_grads_to_param_dtype, unscale_grads};

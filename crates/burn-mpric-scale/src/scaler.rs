@@ -354,7 +354,7 @@ impl LossScaler {
         M: AutodiffModule<B>,
         O: Optimizer<M, B>,
     {
-        self.step_inner(optim, lr, module, grads, None)
+        self.step_inner::<B, M, O, 1>(optim, lr, module, grads, None)
     }
 
     /// Like [`step`](Self::step), and also reports the loss: `scaled_loss` is the tensor that
@@ -399,48 +399,109 @@ impl LossScaler {
         M: AutodiffModule<B>,
         O: Optimizer<M, B>,
     {
-        let loss = scaled_loss.inner().cast(FloatDType::F32).mean();
-        self.step_inner(optim, lr, module, grads, Some(loss))
+        self.step_inner(optim, lr, module, grads, Some(scaled_loss))
     }
 
-    fn step_inner<B, M, O>(
+    /// Unscales and checks all gradients of `module` without stepping: casts each gradient
+    /// to its parameter's dtype, divides it by the current scale, clips by global norm when
+    /// clipping is on, and reads the finiteness flag (and the mean of `scaled_loss`, divided
+    /// by the scale used) in one host read. For loops that decide themselves whether to run
+    /// the optimizer; follow it with [`update`](Self::update).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::optim::GradientsParams;
+    /// use burn::tensor::Tensor;
+    /// use burn_mpric_scale::{LossScaleConfig, LossScaler};
+    ///
+    /// type B = Autodiff<Flex>;
+    /// let device = Default::default();
+    /// let model: Linear<B> = LinearConfig::new(1, 1).with_bias(false).init(&device);
+    /// let mut scaler = LossScaler::dynamic(LossScaleConfig::new().with_initial_scale(8.0)).unwrap();
+    /// let x = Tensor::<B, 2>::from_floats([[3.0]], &device);
+    /// let scaled = scaler.scale_loss(model.forward(x).sum());
+    /// let grads = GradientsParams::from_grads(scaled.backward(), &model);
+    /// let checked = scaler.check(&model, grads, Some(scaled)).unwrap();
+    /// assert!(checked.finite);
+    /// let w = checked.grads.get::<Flex, 2>(model.weight.id).unwrap();
+    /// assert_eq!(w.into_data().to_vec::<f32>().unwrap(), vec![3.0]); // unscaled
+    /// assert!(scaler.update(checked.finite).is_applied());
+    /// ```
+    pub fn check<B, M, const D: usize>(
+        &self,
+        module: &M,
+        grads: GradientsParams,
+        scaled_loss: Option<Tensor<B, D>>,
+    ) -> Result<CheckedGrads, StepError>
+    where
+        B: AutodiffBackend,
+        M: AutodiffModule<B>,
+    {
+        let loss = scaled_loss.map(|l| l.inner().cast(FloatDType::F32).mean());
+        let scale_used = self.scale();
+        let unscaled = self.unscale_grads::<B, M>(module, grads);
+        let norm = self
+            .clip
+            .and_then(|_| global_grad_norm::<B, M>(module, unscaled.grads()));
+        let values = read_step_values(unscaled.finite_flag(), loss, norm.clone())?;
+        let mut grads = unscaled.into_grads();
+        if let (true, Some(clip), Some(norm)) = (values.finite, self.clip, norm) {
+            grads = clip.clip_with_norm::<B, M>(module, grads, norm);
+        }
+        Ok(CheckedGrads {
+            grads,
+            finite: values.finite,
+            loss: values
+                .loss
+                .map(|loss| (f64::from(loss) / f64::from(scale_used)) as f32),
+            grad_norm: values.norm,
+        })
+    }
+
+    fn step_inner<B, M, O, const D: usize>(
         &mut self,
         optim: &mut O,
         lr: LearningRate,
         module: M,
         grads: GradientsParams,
-        loss: Option<Tensor<B::InnerBackend, 1>>,
+        scaled_loss: Option<Tensor<B, D>>,
     ) -> (M, Result<StepOutcome, StepError>)
     where
         B: AutodiffBackend,
         M: AutodiffModule<B>,
         O: Optimizer<M, B>,
     {
-        let scale_used = self.scale();
-        let unscaled = self.unscale_grads::<B, M>(&module, grads);
-        let norm = self
-            .clip
-            .and_then(|_| global_grad_norm::<B, M>(&module, unscaled.grads()));
-        let values = match read_step_values(unscaled.finite_flag(), loss, norm.clone()) {
-            Ok(values) => values,
+        let checked = match self.check::<B, M, D>(&module, grads, scaled_loss) {
+            Ok(checked) => checked,
             Err(err) => return (module, Err(err)),
         };
-        let module = if values.finite {
-            let mut grads = unscaled.into_grads();
-            if let (Some(clip), Some(norm)) = (self.clip, norm) {
-                grads = clip.clip_with_norm::<B, M>(&module, grads, norm);
-            }
-            optim.step(lr, module, grads)
+        let module = if checked.finite {
+            optim.step(lr, module, checked.grads)
         } else {
             module
         };
-        let mut outcome = self.update(values.finite);
-        outcome.loss = values
-            .loss
-            .map(|loss| (f64::from(loss) / f64::from(scale_used)) as f32);
-        outcome.grad_norm = values.norm;
+        let mut outcome = self.update(checked.finite);
+        outcome.loss = checked.loss;
+        outcome.grad_norm = checked.grad_norm;
         (module, Ok(outcome))
     }
+}
+
+/// Gradients after [`LossScaler::check`]: unscaled, at their parameters' dtypes, clipped
+/// when clipping is on, with the step's finiteness and loss.
+#[derive(Debug)]
+pub struct CheckedGrads {
+    /// The unscaled gradients.
+    pub grads: GradientsParams,
+    /// Whether every gradient was finite.
+    pub finite: bool,
+    /// The loss divided by the scale that was used, when a loss was given.
+    pub loss: Option<f32>,
+    /// The global L2 norm before clipping, when clipping is on.
+    pub grad_norm: Option<f32>,
 }
 
 /// Reads the flag, the loss and the norm in one transaction (one device sync).
