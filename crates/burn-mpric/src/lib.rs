@@ -4,6 +4,7 @@
 mod backend;
 mod category;
 mod device;
+mod handler;
 pub mod instrument;
 mod ops;
 mod policy;
@@ -13,6 +14,7 @@ mod tensor;
 pub use backend::MixedPrecision;
 pub use category::{Op, OpCategory, UnknownName};
 pub use device::MpDevice;
+pub use handler::{Castable, HandlerError, ModuleParams, PrecisionHandler, TrainStepOutput};
 pub use policy::{Policy, PolicyDType, PolicyError, dtype_name};
 pub use settings::{PrecisionSettings, full_precision};
 pub use tensor::{MpBool, MpFloat, MpInt, MpQuant};
@@ -21,3 +23,6 @@ pub use tensor::{MpBool, MpFloat, MpInt, MpQuant};
 /// gradients come back in the dtype their backward op ran in (often the compute dtype), and
 /// an optimizer must see them at the param dtype. Re-exported from `burn-mpric-scale`.
 pub use burn_mpric_scale::cast_grads_to_param_dtype;
+
+/// The loss-scaling crate, re-exported: `burn_mpric::scale::LossScaler` etc.
+pub use burn_mpric_scale as scale;

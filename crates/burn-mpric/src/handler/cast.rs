@@ -1,0 +1,134 @@
+//! [`Castable`]: what the handler's casts walk: tensors, modules, and containers of them.
+
+use burn::module::{Module, ModuleMapper, Param};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Bool, DType, FloatDType, Int, Tensor};
+
+use crate::PolicyDType;
+
+/// The concrete dtype of `slot` on `device`: `half` is bf16 where the device runs it, else f16.
+pub(crate) fn concrete<B: Backend>(slot: PolicyDType, device: &B::Device) -> FloatDType {
+    slot.resolve_half(if B::supports_dtype(device, DType::BF16) {
+        FloatDType::BF16
+    } else {
+        FloatDType::F16
+    })
+}
+
+fn cast_tensor<B: Backend, const D: usize>(
+    tensor: Tensor<B, D>,
+    slot: PolicyDType,
+) -> Tensor<B, D> {
+    let dtype = concrete::<B>(slot, &tensor.device());
+    if tensor.dtype() == DType::from(dtype) {
+        tensor
+    } else {
+        tensor.cast(dtype)
+    }
+}
+
+/// Values whose float tensors the handler's casts convert: float tensors are cast, int and
+/// bool tensors are left untouched, containers are walked. Wrap a module in
+/// [`ModuleParams`] to cast its float parameters.
+///
+/// ```
+/// use burn::backend::Flex;
+/// use burn::tensor::{DType, FloatDType, Int, Tensor};
+/// use burn_mpric::{Castable, PolicyDType};
+///
+/// let device = Default::default();
+/// let x = Tensor::<Flex, 1>::ones([2], &device);
+/// let ids = Tensor::<Flex, 1, Int>::ones([2], &device);
+/// let (x, ids) = (x, ids).cast_floats(PolicyDType::Float(FloatDType::F16));
+/// assert_eq!((x.dtype(), ids.dtype()), (DType::F16, Tensor::<Flex, 1, Int>::ones([1], &device).dtype()));
+/// ```
+pub trait Castable<B: Backend>: Sized {
+    /// Casts every float tensor in `self` to `dtype` (resolving `half` against its device).
+    fn cast_floats(self, dtype: PolicyDType) -> Self;
+}
+
+impl<B: Backend, const D: usize> Castable<B> for Tensor<B, D> {
+    fn cast_floats(self, dtype: PolicyDType) -> Self {
+        cast_tensor(self, dtype)
+    }
+}
+
+impl<B: Backend, const D: usize> Castable<B> for Tensor<B, D, Int> {
+    fn cast_floats(self, _: PolicyDType) -> Self {
+        self
+    }
+}
+
+impl<B: Backend, const D: usize> Castable<B> for Tensor<B, D, Bool> {
+    fn cast_floats(self, _: PolicyDType) -> Self {
+        self
+    }
+}
+
+impl<B: Backend, T: Castable<B>> Castable<B> for Vec<T> {
+    fn cast_floats(self, dtype: PolicyDType) -> Self {
+        self.into_iter().map(|t| t.cast_floats(dtype)).collect()
+    }
+}
+
+impl<B: Backend, T: Castable<B>> Castable<B> for Option<T> {
+    fn cast_floats(self, dtype: PolicyDType) -> Self {
+        self.map(|t| t.cast_floats(dtype))
+    }
+}
+
+macro_rules! tuple_castable {
+    ($($t:ident),+) => {
+        impl<B: Backend, $($t: Castable<B>),+> Castable<B> for ($($t,)+) {
+            #[allow(non_snake_case)]
+            fn cast_floats(self, dtype: PolicyDType) -> Self {
+                let ($($t,)+) = self;
+                ($($t.cast_floats(dtype),)+)
+            }
+        }
+    };
+}
+
+tuple_castable!(A);
+tuple_castable!(A, C);
+tuple_castable!(A, C, D);
+tuple_castable!(A, C, D, E);
+
+/// A module whose float parameters the handler's casts convert (ints and bools untouched;
+/// trainable parameters stay trainable leaves).
+///
+/// ```
+/// use burn::backend::Flex;
+/// use burn::nn::LinearConfig;
+/// use burn::tensor::{DType, FloatDType};
+/// use burn_mpric::{Castable, ModuleParams, PolicyDType};
+///
+/// let linear = LinearConfig::new(2, 2).init::<Flex>(&Default::default());
+/// let ModuleParams(linear) = ModuleParams(linear).cast_floats(PolicyDType::Float(FloatDType::BF16));
+/// assert_eq!(linear.weight.val().dtype(), DType::BF16);
+/// ```
+#[derive(Debug, Clone)]
+pub struct ModuleParams<M>(pub M);
+
+struct CastParams(PolicyDType);
+
+impl<B: Backend> ModuleMapper<B> for CastParams {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        let slot = self.0;
+        param.map(|tensor| {
+            let trainable = tensor.is_require_grad();
+            let tensor = cast_tensor(tensor, slot).detach();
+            if trainable {
+                tensor.require_grad()
+            } else {
+                tensor
+            }
+        })
+    }
+}
+
+impl<B: Backend, M: Module<B>> Castable<B> for ModuleParams<M> {
+    fn cast_floats(self, dtype: PolicyDType) -> Self {
+        ModuleParams(self.0.map(&mut CastParams(dtype)))
+    }
+}

@@ -1,0 +1,303 @@
+//! [`PrecisionHandler`]: the seed's cast-and-wrap API, with loss scaling done right.
+
+mod cast;
+
+use burn::module::AutodiffModule;
+use burn::optim::{GradientsParams, LearningRate, Optimizer};
+use burn::tensor::FloatDType;
+use burn::tensor::Tensor;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn_mpric_scale::{LossScaleConfig, LossScaleError, LossScaler, StepError, StepOutcome};
+
+pub use cast::{Castable, ModuleParams};
+
+use crate::{Policy, PolicyDType, PolicyError};
+
+/// Casts values by a [`Policy`] and runs training steps with loss scaling.
+///
+/// Unlike the API it comes from, the loss is multiplied by the scale *inside* the
+/// differentiated computation, gradients come back unscaled (and at their parameters'
+/// dtypes), the reported loss is divided by the scale that was actually used, the default
+/// configuration works on its first step, and a non-finite step is reported and not applied.
+///
+/// ```
+/// use burn::backend::{Autodiff, Flex};
+/// use burn::module::{Module, Param};
+/// use burn::optim::SgdConfig;
+/// use burn::tensor::Tensor;
+/// use burn_mpric::PrecisionHandler;
+///
+/// type B = Autodiff<Flex>;
+/// #[derive(Module, Debug)]
+/// struct W<B: burn::tensor::backend::Backend> { w: Param<Tensor<B, 1>> }
+///
+/// let device = Default::default();
+/// let model = W::<B> { w: Param::from_tensor(Tensor::from_floats([1.0, 2.0], &device)) };
+/// let mut handler = PrecisionHandler::from_text("p=f32,c=f16,o=f32")?; // dynamic scale 2^15
+/// let step = handler.train_step(&model, |m| m.w.val().powf_scalar(2.0).sum())?;
+/// assert_eq!(step.loss, 5.0);
+/// assert_eq!(step.grads.get::<Flex, 1>(model.w.id).unwrap().to_data().to_vec::<f32>()?, vec![2.0, 4.0]);
+/// assert!(step.finite && step.outcome.scale_used == 32768.0);
+/// let model = handler.apply(&mut SgdConfig::new().init(), 0.1, model, step);
+/// assert_eq!(model.w.val().to_data().to_vec::<f32>()?, vec![0.8, 1.6]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct PrecisionHandler {
+    policy: Policy,
+    scaler: LossScaler,
+}
+
+/// What [`PrecisionHandler::train_step`] returns.
+#[derive(Debug)]
+pub struct TrainStepOutput {
+    /// The loss (its mean, for a loss with several elements), divided by the scale used.
+    pub loss: f32,
+    /// The gradients, unscaled and at their parameters' dtypes.
+    pub grads: GradientsParams,
+    /// Whether every gradient was finite; [`PrecisionHandler::apply`] skips the step if not.
+    pub finite: bool,
+    /// The scaler's report: scale used, next scale, counters.
+    pub outcome: StepOutcome,
+}
+
+/// Errors building a handler from text.
+#[derive(Debug, thiserror::Error)]
+pub enum HandlerError {
+    /// The policy text was rejected.
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    /// The loss-scale configuration was rejected.
+    #[error(transparent)]
+    LossScale(#[from] LossScaleError),
+}
+
+impl PrecisionHandler {
+    /// A handler for `policy` with the loss scaling it calls for: a dynamic scale with the
+    /// default configuration (initial 2^15, interval 2000) when compute may be f16
+    /// (`f16` or `half`), and no scaling (non-finite steps still skipped) otherwise.
+    ///
+    /// ```
+    /// use burn_mpric::{Policy, PrecisionHandler};
+    ///
+    /// let h = PrecisionHandler::new("mixed_bf16".parse::<Policy>().unwrap());
+    /// assert_eq!(h.scaler().scale(), 1.0);
+    /// let h = PrecisionHandler::new("mixed_f16".parse::<Policy>().unwrap());
+    /// assert_eq!(h.scaler().scale(), 32768.0);
+    /// ```
+    pub fn new(policy: Policy) -> Self {
+        let scaler = match policy.compute() {
+            PolicyDType::Float(FloatDType::F16) | PolicyDType::Half => {
+                LossScaler::dynamic(LossScaleConfig::new())
+                    .expect("the default loss-scale configuration is valid")
+            }
+            _ => LossScaler::noop(),
+        };
+        Self { policy, scaler }
+    }
+
+    /// A handler from policy text (see [`Policy`]'s grammar).
+    ///
+    /// ```
+    /// use burn_mpric::PrecisionHandler;
+    ///
+    /// assert!(PrecisionHandler::from_text("p=f32,c=bf16,o=f32").is_ok());
+    /// assert!(PrecisionHandler::from_text("p=f32,c=bf61").is_err());
+    /// ```
+    pub fn from_text(policy: &str) -> Result<Self, HandlerError> {
+        Ok(Self::new(policy.parse()?))
+    }
+
+    /// The same handler with another loss scaler.
+    ///
+    /// ```
+    /// use burn_mpric::{Policy, PrecisionHandler};
+    /// use burn_mpric_scale::LossScaler;
+    ///
+    /// let h = PrecisionHandler::new(Policy::F32).with_scaler(LossScaler::fixed(128.0).unwrap());
+    /// assert_eq!(h.scaler().scale(), 128.0);
+    /// ```
+    pub fn with_scaler(mut self, scaler: LossScaler) -> Self {
+        self.scaler = scaler;
+        self
+    }
+
+    /// The policy.
+    ///
+    /// ```
+    /// use burn_mpric::{Policy, PrecisionHandler};
+    ///
+    /// assert_eq!(PrecisionHandler::new(Policy::F32).policy(), Policy::F32);
+    /// ```
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// The loss scaler (its scale, counters, configuration).
+    ///
+    /// ```
+    /// use burn_mpric::{Policy, PrecisionHandler};
+    ///
+    /// assert_eq!(PrecisionHandler::new(Policy::F32).scaler().stats().steps, 0);
+    /// ```
+    pub fn scaler(&self) -> &LossScaler {
+        &self.scaler
+    }
+
+    /// Casts the float tensors of `x` to the compute dtype.
+    ///
+    /// ```
+    /// use burn::backend::Flex;
+    /// use burn::tensor::{DType, Tensor};
+    /// use burn_mpric::PrecisionHandler;
+    ///
+    /// let h = PrecisionHandler::from_text("c=bf16,o=f32").unwrap();
+    /// let x = Tensor::<Flex, 1>::ones([2], &Default::default());
+    /// assert_eq!(h.cast_for_compute(x).dtype(), DType::BF16);
+    /// ```
+    pub fn cast_for_compute<B: Backend, T: Castable<B>>(&self, x: T) -> T {
+        x.cast_floats(self.policy.compute())
+    }
+
+    /// Casts the float tensors of `x` to the output dtype.
+    ///
+    /// ```
+    /// use burn::backend::Flex;
+    /// use burn::tensor::{DType, FloatDType, Tensor};
+    /// use burn_mpric::PrecisionHandler;
+    ///
+    /// let h = PrecisionHandler::from_text("c=bf16,o=f32").unwrap();
+    /// let y = Tensor::<Flex, 1>::ones([2], &Default::default()).cast(FloatDType::BF16);
+    /// assert_eq!(h.cast_for_output(y).dtype(), DType::F32);
+    /// ```
+    pub fn cast_for_output<B: Backend, T: Castable<B>>(&self, x: T) -> T {
+        x.cast_floats(self.policy.output())
+    }
+
+    /// Casts every float parameter of `module` to the param dtype.
+    ///
+    /// ```
+    /// use burn::backend::Flex;
+    /// use burn::nn::LinearConfig;
+    /// use burn::tensor::{DType, FloatDType};
+    /// use burn_mpric::{Castable, ModuleParams, PolicyDType, PrecisionHandler};
+    ///
+    /// let h = PrecisionHandler::from_text("mixed_f16").unwrap();
+    /// let half = ModuleParams(LinearConfig::new(2, 2).init::<Flex>(&Default::default()))
+    ///     .cast_floats(PolicyDType::Float(FloatDType::F16)).0;
+    /// assert_eq!(h.cast_params(half).weight.val().dtype(), DType::F32);
+    /// ```
+    pub fn cast_params<B: Backend, M: burn::module::Module<B>>(&self, module: M) -> M {
+        ModuleParams(module).cast_floats(self.policy.param()).0
+    }
+
+    /// Wraps an inference function: inputs are cast to the compute dtype, outputs to the
+    /// output dtype.
+    ///
+    /// ```
+    /// use burn::backend::Flex;
+    /// use burn::tensor::{DType, Tensor};
+    /// use burn_mpric::PrecisionHandler;
+    ///
+    /// let h = PrecisionHandler::from_text("p=f32,c=bf16,o=f32").unwrap();
+    /// let f = h.inference(|x: Tensor<Flex, 1>| {
+    ///     assert_eq!(x.dtype(), DType::BF16);
+    ///     x * 2.0
+    /// });
+    /// let y = f(Tensor::ones([3], &Default::default()));
+    /// assert_eq!(y.dtype(), DType::F32);
+    /// ```
+    pub fn inference<B, I, O, F>(&self, f: F) -> impl Fn(I) -> O
+    where
+        B: Backend,
+        I: Castable<B>,
+        O: Castable<B>,
+        F: Fn(I) -> O,
+    {
+        let policy = self.policy;
+        move |input| f(input.cast_floats(policy.compute())).cast_floats(policy.output())
+    }
+
+    /// One training step: runs `loss_fn`, multiplies the loss by the current scale (at f32)
+    /// before backward, unscales every gradient and casts it to its parameter's dtype,
+    /// checks them all for finiteness (one host read, shared with the loss), and updates the
+    /// scale. Apply the result with [`apply`](Self::apply).
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::LinearConfig;
+    /// use burn::tensor::Tensor;
+    /// use burn_mpric::PrecisionHandler;
+    ///
+    /// type B = Autodiff<Flex>;
+    /// let device = Default::default();
+    /// let model = LinearConfig::new(2, 1).init::<B>(&device);
+    /// let mut h = PrecisionHandler::from_text("mixed_f16").unwrap();
+    /// let x = Tensor::<B, 2>::ones([1, 2], &device);
+    /// let step = h.train_step(&model, |m| m.forward(x.clone()).sum()).unwrap();
+    /// assert!(step.finite && step.outcome.is_applied());
+    /// ```
+    pub fn train_step<B, M, const D: usize>(
+        &mut self,
+        module: &M,
+        loss_fn: impl FnOnce(&M) -> Tensor<B, D>,
+    ) -> Result<TrainStepOutput, StepError>
+    where
+        B: AutodiffBackend,
+        M: AutodiffModule<B>,
+    {
+        let scaled = self.scaler.scale_loss(loss_fn(module));
+        let grads = GradientsParams::from_grads(scaled.backward(), module);
+        let checked = self.scaler.check(module, grads, Some(scaled))?;
+        let mut outcome = self.scaler.update(checked.finite);
+        let loss = checked.loss.unwrap_or(f32::NAN);
+        outcome.loss = checked.loss;
+        outcome.grad_norm = checked.grad_norm;
+        Ok(TrainStepOutput {
+            loss,
+            grads: checked.grads,
+            finite: checked.finite,
+            outcome,
+        })
+    }
+
+    /// Runs the optimizer with the step's gradients if they were finite; otherwise returns
+    /// `module` unchanged (the optimizer state is not touched either).
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::LinearConfig;
+    /// use burn::optim::AdamConfig;
+    /// use burn::tensor::Tensor;
+    /// use burn_mpric::PrecisionHandler;
+    ///
+    /// type B = Autodiff<Flex>;
+    /// let device = Default::default();
+    /// let model = LinearConfig::new(1, 1).init::<B>(&device);
+    /// let before = model.weight.val().into_data();
+    /// let mut h = PrecisionHandler::from_text("mixed_f16").unwrap();
+    /// let x = Tensor::<B, 2>::from_floats([[f32::INFINITY]], &device);
+    /// let step = h.train_step(&model, |m| m.forward(x.clone()).sum()).unwrap();
+    /// assert!(!step.finite && step.outcome.is_skipped());
+    /// let model = h.apply(&mut AdamConfig::new().init(), 1e-3, model, step);
+    /// assert_eq!(model.weight.val().into_data(), before);
+    /// ```
+    pub fn apply<B, M, O>(
+        &self,
+        optim: &mut O,
+        lr: LearningRate,
+        module: M,
+        step: TrainStepOutput,
+    ) -> M
+    where
+        B: AutodiffBackend,
+        M: AutodiffModule<B>,
+        O: Optimizer<M, B>,
+    {
+        if step.finite {
+            optim.step(lr, module, step.grads)
+        } else {
+            module
+        }
+    }
+}
