@@ -177,5 +177,8 @@ fn inference_wrapper_casts_inputs_and_outputs() {
     assert_eq!(seen.get(), Some(DType::F16));
     assert_eq!(y.dtype(), DType::F32);
     assert_eq!(y.into_data().to_vec::<f32>().unwrap(), vec![3.0, 4.0]);
-    assert_eq!(ids.into_data().convert::<i64>().to_vec::<i64>().unwrap(), vec![3, 4]);
+    assert_eq!(
+        ids.into_data().convert::<i64>().to_vec::<i64>().unwrap(),
+        vec![3, 4]
+    );
 }
