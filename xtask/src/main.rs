@@ -1,7 +1,10 @@
 //! Developer tasks, run as `cargo xtask <command>`.
 //!
 //! - `check`: formatting, lints and the whole test suite, as CI runs them.
+//! - `bench`: builds the benchmark suite (`mpric-bench`) in release mode and runs it; the
+//!   report goes to `target/bench/` (`report.md`, `report.json`, `report.svg`).
 
+use std::path::Path;
 use std::process::{Command, ExitCode};
 
 fn cargo(args: &[&str]) -> Result<(), String> {
@@ -31,12 +34,45 @@ fn check() -> Result<(), String> {
     cargo(&["test", "--workspace"])
 }
 
-const USAGE: &str = "usage: cargo xtask <command>\n\ncommands:\n  check    cargo fmt --check, clippy -D warnings, and the whole test suite";
+/// `cargo run --release -p burn-mpric-bench -- ARGS`, with the report in the workspace's
+/// `target/bench` unless `--out` is given, and the `cuda` feature when `--backend cuda` is.
+fn bench(args: &[String]) -> Result<(), String> {
+    let mut cmd: Vec<String> = ["run", "--release", "-p", "burn-mpric-bench"]
+        .map(String::from)
+        .to_vec();
+    let cuda = args
+        .windows(2)
+        .any(|w| w[0] == "--backend" && w[1] == "cuda")
+        || args.iter().any(|a| a == "--backend=cuda");
+    if cuda {
+        cmd.extend(["--features", "cuda"].map(String::from));
+    }
+    cmd.push("--".into());
+    cmd.extend(args.iter().cloned());
+    if !args.iter().any(|a| a == "--out" || a.starts_with("--out=")) {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .ok_or("xtask has no parent directory")?;
+        cmd.push("--out".into());
+        cmd.push(root.join("target").join("bench").display().to_string());
+    }
+    let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
+    cargo(&cmd)
+}
+
+const USAGE: &str = "usage: cargo xtask <command>
+
+commands:
+  check    cargo fmt --check, clippy -D warnings, and the whole test suite
+  bench    the benchmark suite in release mode; report in target/bench/
+           options: --full, --backend flex|wgpu|cuda, --workload NAME (both repeatable),
+           --out DIR; `cargo xtask bench --help` lists them all";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("check") => check(),
+        Some("bench") => bench(&args[1..]),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(())

@@ -1,0 +1,428 @@
+//! `mpric-bench`: the burn-mpric benchmark suite. For each workload and backend available on
+//! the machine, the bare backend against `MixedPrecision` at the identity, f16 and bf16
+//! policies, measured interleaved in one run: median / min / max time, ratio to the bare
+//! backend, peak memory, numeric error against f32. Writes `report.md`, `report.json` and
+//! `report.svg` to `--out` (default `target/bench`).
+//!
+//! `cargo xtask bench [--full] [--backend flex|wgpu|cuda] [--workload NAME]`
+
+mod harness;
+mod memory;
+mod report;
+mod run;
+mod workloads;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use burn::backend::Flex;
+use burn::backend::wgpu::{WgpuDevice, WgpuRuntime};
+use burn::tensor::Tensor;
+use burn::tensor::backend::Backend;
+use clap::{Parser, ValueEnum};
+
+use crate::harness::Budget;
+use crate::memory::{CountingAlloc, MemorySource};
+use crate::report::{BackendInfo, Machine, Report};
+use crate::run::{CastRow, Row, Setup, Sizes, run_backend};
+use crate::workloads::{Spec, Workload};
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+/// The backends the suite knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum BackendKind {
+    /// Burn's CPU backend; always available.
+    Flex,
+    /// Wgpu (Vulkan, Metal, DX12); when an adapter exists.
+    Wgpu,
+    /// CUDA; only in a binary built with `--features cuda`.
+    Cuda,
+}
+
+/// The burn-mpric benchmark suite: bare backend vs MixedPrecision (identity, f16, bf16).
+#[derive(Debug, Parser)]
+#[command(name = "mpric-bench", version)]
+struct Args {
+    /// Bigger sizes and more iterations (long runs, GPUs).
+    #[arg(long)]
+    full: bool,
+    /// Run only these backends (repeatable; default: every available one).
+    #[arg(long, value_enum)]
+    backend: Vec<BackendKind>,
+    /// Run only these workloads (repeatable; default: all).
+    #[arg(long, value_enum)]
+    workload: Vec<Workload>,
+    /// Where to write report.md, report.json and report.svg.
+    #[arg(long, default_value = "target/bench")]
+    out: PathBuf,
+}
+
+fn budget(full: bool) -> Budget {
+    if full {
+        Budget {
+            warmup: 5,
+            min_rounds: 10,
+            max_rounds: 200,
+            time_limit: Duration::from_secs(40),
+            min_sample: Duration::from_millis(20),
+        }
+    } else {
+        Budget {
+            warmup: 2,
+            min_rounds: 7,
+            max_rounds: 40,
+            time_limit: Duration::from_secs(8),
+            min_sample: Duration::from_millis(4),
+        }
+    }
+}
+
+fn transformer(batch: usize, seq: usize, d_model: usize, heads: usize, d_ff: usize) -> Spec {
+    Spec::Transformer {
+        batch,
+        seq,
+        d_model,
+        heads,
+        d_ff,
+    }
+}
+
+fn conv(batch: usize, c_in: usize, c_out: usize, hw: usize) -> Spec {
+    Spec::Conv2d {
+        batch,
+        c_in,
+        c_out,
+        hw,
+    }
+}
+
+/// The CPU sizes: small enough for a few minutes on 2 cores by default.
+fn cpu_sizes(full: bool) -> Sizes {
+    if full {
+        Sizes {
+            matmul: vec![64, 256, 512, 1024, 2048],
+            conv: conv(16, 32, 64, 64),
+            mlp: (256, vec![512, 1024, 1024, 64]),
+            transformer: transformer(16, 128, 256, 8, 1024),
+        }
+    } else {
+        Sizes {
+            matmul: vec![64, 256, 512],
+            conv: conv(8, 16, 32, 32),
+            mlp: (128, vec![256, 512, 512, 16]),
+            transformer: transformer(8, 64, 64, 4, 256),
+        }
+    }
+}
+
+/// The GPU sizes: small by default (a software Vulkan driver must finish in minutes), GPU-sized
+/// with `--full`.
+fn gpu_sizes(full: bool) -> Sizes {
+    if full {
+        Sizes {
+            matmul: vec![256, 1024, 2048, 4096, 8192],
+            conv: conv(64, 64, 128, 64),
+            mlp: (2048, vec![1024, 4096, 4096, 1024]),
+            transformer: transformer(32, 512, 1024, 16, 4096),
+        }
+    } else {
+        Sizes {
+            matmul: vec![64, 256],
+            conv: conv(4, 8, 16, 16),
+            mlp: (64, vec![128, 256, 256, 16]),
+            transformer: transformer(8, 64, 64, 4, 256),
+        }
+    }
+}
+
+/// Runs `f`, turning a panic (a backend without a device) into its message.
+fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    std::panic::set_hook(hook);
+    result.map_err(|payload| {
+        payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "the backend panicked while creating a tensor".into())
+    })
+}
+
+/// Creates and reads back a tensor: whether the backend has a device here.
+fn probe<B: Backend>(device: &B::Device) -> Result<String, String> {
+    let device = device.clone();
+    guarded(move || {
+        let t = Tensor::<B, 1>::from_floats([1.0, 2.0], &device);
+        let _ = t.into_data();
+        B::name(&device)
+    })
+}
+
+/// The bytes in use on a cubecl device, as seen by the stream of the calling thread (cubecl
+/// keeps one memory pool per stream: the poller thread reads the main thread's).
+fn cubecl_memory<R: cubecl::Runtime>(device: R::Device) -> MemorySource {
+    let stream = cubecl::stream_id::StreamId::current();
+    MemorySource::Device(Arc::new(move || {
+        stream
+            .executes(|| R::client(&device).memory_usage())
+            .map(|usage| usage.bytes_in_use)
+            .map_err(|e| format!("cubecl memory_usage failed: {e:?}"))
+    }))
+}
+
+struct Collected {
+    rows: Vec<Row>,
+    casts: Vec<CastRow>,
+    backends: Vec<BackendInfo>,
+}
+
+fn run_on<I: Backend>(
+    setup: Setup<I>,
+    workloads: &[Workload],
+    out: &mut Collected,
+    detail: String,
+) {
+    out.backends.push(BackendInfo {
+        name: setup.name.into(),
+        ran: true,
+        detail,
+        memory: setup.memory.describe(),
+    });
+    let (rows, casts) = run_backend(&setup, workloads);
+    out.rows.extend(rows);
+    out.casts.extend(casts);
+}
+
+fn skipped(out: &mut Collected, name: &str, why: String) {
+    eprintln!("[{name}] skipped: {why}");
+    out.backends.push(BackendInfo {
+        name: name.into(),
+        ran: false,
+        detail: why,
+        memory: "-".into(),
+    });
+}
+
+#[cfg(feature = "cuda")]
+fn run_cuda(args: &Args, workloads: &[Workload], out: &mut Collected) {
+    use burn::backend::Cuda;
+    use burn::backend::cuda::CudaDevice;
+    let device = CudaDevice::default();
+    match probe::<Cuda>(&device) {
+        Ok(name) => run_on(
+            Setup::<Cuda> {
+                name: "cuda",
+                device: device.clone(),
+                memory: cubecl_memory::<cubecl::cuda::CudaRuntime>(device),
+                sizes: gpu_sizes(args.full),
+                budget: budget(args.full),
+            },
+            workloads,
+            out,
+            name,
+        ),
+        Err(why) => skipped(out, "cuda", format!("no CUDA device: {why}")),
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn run_cuda(_args: &Args, _workloads: &[Workload], out: &mut Collected) {
+    skipped(
+        out,
+        "cuda",
+        "this binary was built without the `cuda` feature".into(),
+    );
+}
+
+fn first_line_of(path: &str, key: &str) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines().find(|l| l.starts_with(key)).and_then(|l| {
+        l.split_once([':', '='])
+            .map(|(_, v)| v.trim().trim_matches('"').to_string())
+    })
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn machine(load_at_start: String) -> Machine {
+    let memory = first_line_of("/proc/meminfo", "MemTotal")
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .map(|kib| report::bytes(kib * 1024))
+        .unwrap_or_else(|| "unknown".into());
+    let mut vulkan_icds: Vec<String> = ["/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d"]
+        .iter()
+        .filter_map(|dir| std::fs::read_dir(dir).ok())
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    vulkan_icds.sort();
+    Machine {
+        cpu: first_line_of("/proc/cpuinfo", "model name").unwrap_or_else(|| "unknown".into()),
+        cores: std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
+        memory,
+        os: first_line_of("/etc/os-release", "PRETTY_NAME")
+            .unwrap_or_else(|| std::env::consts::OS.into()),
+        vulkan_icds,
+        load_average: format!("{load_at_start} -> {}", load_average()),
+    }
+}
+
+/// `YYYY-MM-DD HH:MM` (UTC) of a Unix time.
+fn utc(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let (h, m) = ((secs % 86_400) / 3600, (secs % 3600) / 60);
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let mo = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(mo <= 2);
+    format!("{y:04}-{mo:02}-{d:02} {h:02}:{m:02}")
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let started_at = Instant::now();
+    let load_at_start = load_average();
+    let started = utc(SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0));
+    let workloads: Vec<Workload> = if args.workload.is_empty() {
+        Workload::ALL.to_vec()
+    } else {
+        Workload::ALL
+            .into_iter()
+            .filter(|w| args.workload.contains(w))
+            .collect()
+    };
+    let wanted = |kind: BackendKind| args.backend.is_empty() || args.backend.contains(&kind);
+    let mut out = Collected {
+        rows: Vec::new(),
+        casts: Vec::new(),
+        backends: Vec::new(),
+    };
+
+    if wanted(BackendKind::Flex) {
+        let device = Default::default();
+        let name = <Flex as Backend>::name(&device);
+        run_on(
+            Setup::<Flex> {
+                name: "flex",
+                device,
+                memory: MemorySource::Heap,
+                sizes: cpu_sizes(args.full),
+                budget: budget(args.full),
+            },
+            &workloads,
+            &mut out,
+            name,
+        );
+    }
+    if wanted(BackendKind::Wgpu) {
+        type W = burn::backend::Wgpu;
+        let device = WgpuDevice::default();
+        match probe::<W>(&device) {
+            Ok(name) => run_on(
+                Setup::<W> {
+                    name: "wgpu",
+                    device: device.clone(),
+                    memory: cubecl_memory::<WgpuRuntime>(device),
+                    sizes: gpu_sizes(args.full),
+                    budget: budget(args.full),
+                },
+                &workloads,
+                &mut out,
+                name,
+            ),
+            Err(why) => skipped(&mut out, "wgpu", format!("no adapter: {why}")),
+        }
+    }
+    if wanted(BackendKind::Cuda) {
+        run_cuda(&args, &workloads, &mut out);
+    }
+
+    let targets = report::targets(&out.rows, &out.backends);
+    let report = Report {
+        mode: if args.full { "full" } else { "default" }.into(),
+        started,
+        wall_s: started_at.elapsed().as_secs_f64(),
+        machine: machine(load_at_start),
+        backends: out.backends,
+        targets,
+        rows: out.rows,
+        casts: out.casts,
+    };
+    if let Err(e) = write(&args.out, &report) {
+        eprintln!(
+            "error: could not write the report to {}: {e}",
+            args.out.display()
+        );
+        return ExitCode::FAILURE;
+    }
+    println!("{}", report.markdown());
+    eprintln!(
+        "wrote {}/report.md, report.json, report.svg ({:.0} s)",
+        args.out.display(),
+        report.wall_s
+    );
+    ExitCode::SUCCESS
+}
+
+fn write(dir: &std::path::Path, report: &Report) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join("report.md"), report.markdown())?;
+    let json = serde_json::to_string_pretty(report).map_err(std::io::Error::other)?;
+    std::fs::write(dir.join("report.json"), json)?;
+    std::fs::write(dir.join("report.svg"), report.svg())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00");
+        assert_eq!(utc(951_782_400 + 3_660), "2000-02-29 01:01");
+    }
+
+    #[test]
+    fn arguments() {
+        let args = Args::try_parse_from([
+            "mpric-bench",
+            "--full",
+            "--backend",
+            "wgpu",
+            "--workload",
+            "mlp_step",
+            "--workload",
+            "transformer_block_step",
+        ])
+        .unwrap();
+        assert!(args.full);
+        assert_eq!(args.backend, vec![BackendKind::Wgpu]);
+        assert_eq!(
+            args.workload,
+            vec![Workload::MlpStep, Workload::TransformerBlockStep]
+        );
+        assert!(Args::try_parse_from(["mpric-bench", "--workload", "nope"]).is_err());
+    }
+}

@@ -1,0 +1,584 @@
+//! Runs the workloads on one backend: the variants (bare, identity, f16, bf16), their numeric
+//! error, peak memory and interleaved timing, as report rows.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use burn::backend::Autodiff;
+use burn::tensor::backend::Backend;
+use burn::tensor::{DType, FloatDType, Tensor};
+use burn_mpric::instrument::{Instrumented, record};
+use burn_mpric::{MixedPrecision, MpDevice, Policy};
+use serde::Serialize;
+
+use crate::harness::{Budget, Case, measure_interleaved};
+use crate::memory::{MemorySource, Peak, peak_of};
+use crate::workloads::{self, Spec, Workload};
+
+/// The sizes one backend runs each workload at.
+#[derive(Debug, Clone)]
+pub struct Sizes {
+    /// Matrix sides of `matmul`.
+    pub matmul: Vec<usize>,
+    /// The `conv2d` shape.
+    pub conv: Spec,
+    /// Batch and layer widths of the MLP workloads.
+    pub mlp: (usize, Vec<usize>),
+    /// The `transformer_block_step` shape.
+    pub transformer: Spec,
+}
+
+/// A backend to run the suite on.
+pub struct Setup<I: Backend> {
+    /// `flex`, `wgpu` or `cuda`.
+    pub name: &'static str,
+    /// The inner backend's device.
+    pub device: I::Device,
+    /// Where its memory figures come from.
+    pub memory: MemorySource,
+    /// What it runs.
+    pub sizes: Sizes,
+    /// How long each group is measured.
+    pub budget: Budget,
+}
+
+/// The numeric error of a row against the bare f32 backend.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum NumError {
+    /// This row is the reference.
+    Reference,
+    /// Max absolute error and max absolute error over the largest reference magnitude.
+    Measured {
+        /// Max absolute error.
+        max_abs: f64,
+        /// Max absolute error / max |reference|.
+        rel: f64,
+    },
+    /// No error for this row; why.
+    NotApplicable {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// What was measured for one variant.
+#[derive(Debug, Clone, Serialize)]
+pub struct Measured {
+    /// Median milliseconds per iteration.
+    pub median_ms: f64,
+    /// Fastest sample.
+    pub min_ms: f64,
+    /// Slowest sample.
+    pub max_ms: f64,
+    /// Samples (rounds).
+    pub rounds: usize,
+    /// Iterations per sample.
+    pub iters_per_sample: usize,
+    /// Median over the bare backend's median, from the same interleaved run.
+    pub ratio_to_bare: f64,
+    /// Peak memory of the case.
+    pub peak: Peak,
+    /// Numeric error against the bare f32 backend.
+    pub error: NumError,
+}
+
+/// One line of the report: a workload at a size, on a backend, under a variant.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// The workload.
+    pub workload: Workload,
+    /// Its size.
+    pub size: String,
+    /// The backend.
+    pub backend: String,
+    /// `bare`, `identity`, `mixed_f16`, `mixed_bf16`, with a suffix for the loss scaler and
+    /// cast replay rows.
+    pub variant: String,
+    /// The policy of the variant (none for the bare backend).
+    pub policy: Option<String>,
+    /// The measurement, or why there is none.
+    pub result: Result<Measured, String>,
+    /// A derived figure (the loss scaler's overhead, a cast share).
+    pub note: Option<String>,
+}
+
+/// Casts counted in one MLP training step, and their time.
+#[derive(Debug, Clone, Serialize)]
+pub struct CastRow {
+    /// The backend.
+    pub backend: String,
+    /// The MLP size.
+    pub size: String,
+    /// The variant.
+    pub variant: String,
+    /// Ops the decorator handed to the backend below it in one step.
+    pub ops_per_step: usize,
+    /// `float_cast` calls among them.
+    pub casts_per_step: usize,
+    /// Casts by source dtype (`F32: 11, F16: 7`).
+    pub casts_by_source: BTreeMap<String, usize>,
+    /// Casts the replay performs (the same tensors as the step casts: shapes derived from the
+    /// MLP), to compare with `casts_per_step`.
+    pub replayed_casts: usize,
+    /// Median milliseconds of the replayed casts alone, on the bare backend.
+    pub casts_ms: Option<f64>,
+    /// Median milliseconds of the step (interleaved with the replay).
+    pub step_ms: Option<f64>,
+}
+
+/// The variants of every group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Variant {
+    Bare,
+    Identity,
+    MixedF16,
+    MixedBf16,
+}
+
+impl Variant {
+    const ALL: [Variant; 4] = [
+        Variant::Bare,
+        Variant::Identity,
+        Variant::MixedF16,
+        Variant::MixedBf16,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Variant::Bare => "bare",
+            Variant::Identity => "identity",
+            Variant::MixedF16 => "mixed_f16",
+            Variant::MixedBf16 => "mixed_bf16",
+        }
+    }
+
+    fn policy(self) -> Option<Policy> {
+        match self {
+            Variant::Bare => None,
+            Variant::Identity => Some(Policy::F32),
+            Variant::MixedF16 => Some(Policy::mixed(FloatDType::F16)),
+            Variant::MixedBf16 => Some(Policy::mixed(FloatDType::BF16)),
+        }
+    }
+
+    fn half(self) -> Option<FloatDType> {
+        match self {
+            Variant::MixedF16 => Some(FloatDType::F16),
+            Variant::MixedBf16 => Some(FloatDType::BF16),
+            _ => None,
+        }
+    }
+}
+
+type Factory = Box<dyn Fn() -> Box<dyn Case>>;
+
+/// A variant made ready for one spec: how to build its case, or why it can't run.
+struct Prepared {
+    variant: String,
+    policy: Option<String>,
+    factory: Result<Factory, String>,
+    /// Whether the case has an output to compare with the reference.
+    has_output: bool,
+}
+
+fn mp_device<I: Backend>(
+    device: &I::Device,
+    variant: Variant,
+) -> Option<Result<MpDevice<I>, String>> {
+    variant.policy().map(|policy| {
+        MixedPrecision::<I>::device(device.clone(), policy)
+            .map_err(|e| format!("not supported by this backend: {e}"))
+    })
+}
+
+fn prepare<I: Backend>(
+    device: &I::Device,
+    variant: Variant,
+    spec: &Spec,
+    suffix: &str,
+) -> Prepared {
+    let spec = spec.clone();
+    let factory: Result<Factory, String> = match mp_device::<I>(device, variant) {
+        None => {
+            let device = device.clone();
+            Ok(Box::new(move || {
+                workloads::build::<Autodiff<I>>(&spec, &device)
+            }))
+        }
+        Some(Ok(mp)) => Ok(Box::new(move || {
+            workloads::build::<Autodiff<MixedPrecision<I>>>(&spec, &mp)
+        })),
+        Some(Err(reason)) => Err(reason),
+    };
+    Prepared {
+        variant: format!("{}{suffix}", variant.name()),
+        policy: variant.policy().map(|p| p.to_string()),
+        factory,
+        has_output: true,
+    }
+}
+
+/// Measures one group of variants: the numeric error (against the first, the bare backend),
+/// the peak memory of each alone, then the interleaved timing of all.
+fn measure_group<I: Backend>(
+    setup: &Setup<I>,
+    workload: Workload,
+    spec: &Spec,
+    prepared: Vec<Prepared>,
+) -> Vec<Row> {
+    let started = Instant::now();
+    eprintln!(
+        "[{}] {} {} ({} variants)",
+        setup.name,
+        workload.name(),
+        spec.label(),
+        prepared.len()
+    );
+    // Numeric error, each variant from the same init.
+    let mut reference: Option<Vec<f32>> = None;
+    let mut errs = Vec::new();
+    for (i, p) in prepared.iter().enumerate() {
+        let err = match (&p.factory, p.has_output) {
+            (Err(_), _) => None,
+            (Ok(_), false) => Some(NumError::NotApplicable {
+                reason: "casts only, no model output".into(),
+            }),
+            (Ok(factory), true) => {
+                let out = factory().output();
+                if i == 0 {
+                    reference = Some(out);
+                    Some(NumError::Reference)
+                } else {
+                    Some(
+                        match reference.as_ref().and_then(|r| workloads::error(&out, r)) {
+                            Some((max_abs, rel)) => NumError::Measured { max_abs, rel },
+                            None => NumError::NotApplicable {
+                                reason: "output shape differs from the reference".into(),
+                            },
+                        },
+                    )
+                }
+            }
+        };
+        errs.push(err);
+    }
+    // Peak memory, each variant alone: build, two iterations. One untracked run first: the
+    // first measurement of a group otherwise reads low (memory left over from the error pass
+    // is released during it, which the "in use before" baseline still counted).
+    if let Some(factory) = prepared.iter().find_map(|p| p.factory.as_ref().ok()) {
+        let mut case = factory();
+        case.step();
+        case.step();
+    }
+    let peaks: Vec<Option<Peak>> = prepared
+        .iter()
+        .map(|p| {
+            p.factory.as_ref().ok().map(|factory| {
+                peak_of(&setup.memory, |sample| {
+                    let mut case = factory();
+                    sample();
+                    case.step_sampled(sample);
+                    case.step_sampled(sample);
+                })
+            })
+        })
+        .collect();
+    // Interleaved timing.
+    let mut cases: Vec<Box<dyn Case>> = prepared
+        .iter()
+        .filter_map(|p| p.factory.as_ref().ok().map(|f| f()))
+        .collect();
+    let samples = measure_interleaved(&mut cases, setup.budget);
+    drop(cases);
+    let bare_median = samples.first().map(|s| s.median()).unwrap_or(f64::NAN);
+
+    let mut samples = samples.into_iter();
+    let rows: Vec<Row> = prepared
+        .into_iter()
+        .zip(errs.into_iter().zip(peaks))
+        .map(|(p, (err, peak))| {
+            let result = match p.factory {
+                Err(reason) => Err(reason),
+                Ok(_) => {
+                    let s = samples.next().expect("one sample set per case");
+                    let median = s.median();
+                    Ok(Measured {
+                        median_ms: median,
+                        min_ms: s.min(),
+                        max_ms: s.max(),
+                        rounds: s.ms.len(),
+                        iters_per_sample: s.iters_per_sample,
+                        ratio_to_bare: median / bare_median,
+                        peak: peak.expect("peak for a runnable case"),
+                        error: err.expect("error for a runnable case"),
+                    })
+                }
+            };
+            Row {
+                workload,
+                size: spec.label(),
+                backend: setup.name.to_string(),
+                variant: p.variant,
+                policy: p.policy,
+                result,
+                note: None,
+            }
+        })
+        .collect();
+    eprintln!("    {:.1} s", started.elapsed().as_secs_f64());
+    rows
+}
+
+fn standard<I: Backend>(setup: &Setup<I>, workload: Workload, spec: &Spec) -> Vec<Row> {
+    let prepared = Variant::ALL
+        .iter()
+        .map(|v| prepare::<I>(&setup.device, *v, spec, ""))
+        .collect();
+    measure_group(setup, workload, spec, prepared)
+}
+
+fn mlp_spec(sizes: &Sizes, scaler: bool) -> Spec {
+    Spec::Mlp {
+        batch: sizes.mlp.0,
+        dims: sizes.mlp.1.clone(),
+        scaler,
+    }
+}
+
+fn loss_scaler<I: Backend>(setup: &Setup<I>) -> Vec<Row> {
+    let plain = mlp_spec(&setup.sizes, false);
+    let scaled = mlp_spec(&setup.sizes, true);
+    let mut prepared = Vec::new();
+    for v in Variant::ALL {
+        prepared.push(prepare::<I>(&setup.device, v, &plain, ""));
+        prepared.push(prepare::<I>(&setup.device, v, &scaled, " + dynamic scaler"));
+    }
+    let mut rows = measure_group(setup, Workload::LossScalerStep, &plain, prepared);
+    for (pair, variant) in rows.chunks_mut(2).zip(Variant::ALL) {
+        if let [without, with] = pair
+            && let (Ok(a), Ok(b)) = (&without.result, &with.result)
+        {
+            let overhead = b.median_ms / a.median_ms;
+            // The ops the backend runs per step, with and without the scaler: on a backend
+            // bound by per-kernel cost, the overhead follows their count.
+            let ops = match (
+                count_ops::<I>(&setup.device, variant, &plain),
+                count_ops::<I>(&setup.device, variant, &scaled),
+            ) {
+                (Some((a, ..)), Some((b, ..))) => format!(" ({a} -> {b} ops per step)"),
+                _ => String::new(),
+            };
+            with.note = Some(format!(
+                "scaler adds {:+.1}% to the {} step{ops}",
+                (overhead - 1.0) * 100.0,
+                without.variant
+            ));
+        }
+    }
+    rows
+}
+
+/// The casts of one MLP training step under a mixed policy, on the bare backend: the same
+/// tensors the decorator casts (forward: the input, every weight and bias, the prediction
+/// back to f32; backward: the loss gradient, the weights of layers 2.., the input again;
+/// then every gradient back to the param dtype).
+struct CastReplay<I: Backend> {
+    casts: Vec<(Tensor<I, 2>, FloatDType)>,
+    device: I::Device,
+}
+
+impl<I: Backend> CastReplay<I> {
+    fn new(batch: usize, dims: &[usize], half: FloatDType, device: &I::Device) -> Self {
+        let f32_to_half = |shape: [usize; 2]| (Tensor::<I, 2>::ones(shape, device), half);
+        let half_to_f32 = |shape: [usize; 2]| {
+            (
+                Tensor::<I, 2>::ones(shape, device).cast(half),
+                FloatDType::F32,
+            )
+        };
+        let layers: Vec<[usize; 2]> = dims.windows(2).map(|w| [w[0], w[1]]).collect();
+        let (d_in, d_out) = (dims[0], *dims.last().expect("dims"));
+        let mut casts = vec![f32_to_half([batch, d_in])];
+        for [a, b] in &layers {
+            casts.push(f32_to_half([*a, *b]));
+            casts.push(f32_to_half([1, *b]));
+        }
+        casts.push(half_to_f32([batch, d_out]));
+        casts.push(f32_to_half([batch, d_out]));
+        for [a, b] in layers.iter().skip(1).rev() {
+            casts.push(f32_to_half([*a, *b]));
+        }
+        casts.push(f32_to_half([batch, d_in]));
+        for [a, b] in &layers {
+            casts.push(half_to_f32([*a, *b]));
+            casts.push(half_to_f32([1, *b]));
+        }
+        Self {
+            casts,
+            device: device.clone(),
+        }
+    }
+}
+
+impl<I: Backend> Case for CastReplay<I> {
+    fn step(&mut self) {
+        let out: Vec<Tensor<I, 2>> = self
+            .casts
+            .iter()
+            .map(|(t, dtype)| t.clone().cast(*dtype))
+            .collect();
+        I::sync(&self.device).expect("device sync");
+        drop(out);
+    }
+
+    fn output(&mut self) -> Vec<f32> {
+        Vec::new()
+    }
+}
+
+fn dtype_name(dtype: DType) -> String {
+    format!("{dtype:?}")
+}
+
+/// Counts the ops of one step under `Instrumented` (what the decorator hands to the backend
+/// below it), and the `float_cast` calls among them, by source dtype.
+fn count_ops<I: Backend>(
+    device: &I::Device,
+    variant: Variant,
+    spec: &Spec,
+) -> Option<(usize, usize, BTreeMap<String, usize>)> {
+    let mut case = match variant.policy() {
+        None => workloads::build::<Autodiff<Instrumented<I>>>(spec, device),
+        Some(policy) => {
+            let mp = MixedPrecision::<Instrumented<I>>::device(device.clone(), policy).ok()?;
+            workloads::build::<Autodiff<MixedPrecision<Instrumented<I>>>>(spec, &mp)
+        }
+    };
+    case.step();
+    let ((), ops) = record(|| case.step());
+    let mut by_source = BTreeMap::new();
+    let mut casts = 0;
+    for op in ops.iter().filter(|op| op.op == "float_cast") {
+        casts += 1;
+        for dtype in &op.float_inputs {
+            *by_source.entry(dtype_name(*dtype)).or_insert(0) += 1;
+        }
+    }
+    Some((ops.len(), casts, by_source))
+}
+
+fn cast_overhead<I: Backend>(setup: &Setup<I>) -> (Vec<Row>, Vec<CastRow>) {
+    let spec = mlp_spec(&setup.sizes, false);
+    let (batch, dims) = setup.sizes.mlp.clone();
+    let mut prepared: Vec<Prepared> = Variant::ALL
+        .iter()
+        .map(|v| prepare::<I>(&setup.device, *v, &spec, ""))
+        .collect();
+    for v in Variant::ALL {
+        let Some(half) = v.half() else { continue };
+        if let Some(Err(reason)) = mp_device::<I>(&setup.device, v) {
+            prepared.push(Prepared {
+                variant: format!("casts alone ({})", v.name()),
+                policy: v.policy().map(|p| p.to_string()),
+                factory: Err(reason),
+                has_output: false,
+            });
+            continue;
+        }
+        let device = setup.device.clone();
+        let dims2 = dims.clone();
+        prepared.push(Prepared {
+            variant: format!("casts alone ({})", v.name()),
+            policy: v.policy().map(|p| p.to_string()),
+            factory: Ok(Box::new(move || {
+                Box::new(CastReplay::<I>::new(batch, &dims2, half, &device))
+            })),
+            has_output: false,
+        });
+    }
+    let mut rows = measure_group(setup, Workload::CastOverhead, &spec, prepared);
+
+    let mut cast_rows = Vec::new();
+    for v in Variant::ALL {
+        let step = rows
+            .iter()
+            .find(|r| r.variant == v.name())
+            .and_then(|r| r.result.as_ref().ok().map(|m| m.median_ms));
+        let casts_ms = rows
+            .iter()
+            .find(|r| r.variant == format!("casts alone ({})", v.name()))
+            .and_then(|r| r.result.as_ref().ok().map(|m| m.median_ms));
+        let Some((ops, casts, by_source)) = count_ops::<I>(&setup.device, v, &spec) else {
+            continue;
+        };
+        let replayed_casts = match v.half() {
+            Some(half) => CastReplay::<I>::new(batch, &dims, half, &setup.device)
+                .casts
+                .len(),
+            None => 0,
+        };
+        cast_rows.push(CastRow {
+            backend: setup.name.to_string(),
+            size: spec.label(),
+            variant: v.name().to_string(),
+            ops_per_step: ops,
+            casts_per_step: casts,
+            casts_by_source: by_source,
+            replayed_casts,
+            casts_ms: if v.half().is_some() {
+                casts_ms
+            } else {
+                Some(0.0)
+            },
+            step_ms: step,
+        });
+    }
+    for row in rows.iter_mut() {
+        if let Some(c) = cast_rows
+            .iter()
+            .find(|c| row.variant == format!("casts alone ({})", c.variant))
+            && let (Some(casts), Some(step)) = (c.casts_ms, c.step_ms)
+        {
+            row.note = Some(format!(
+                "{} casts per step, {:.1}% of the {} step",
+                c.casts_per_step,
+                100.0 * casts / step,
+                c.variant
+            ));
+        }
+    }
+    (rows, cast_rows)
+}
+
+/// Runs `workloads` on one backend.
+pub fn run_backend<I: Backend>(
+    setup: &Setup<I>,
+    selected: &[Workload],
+) -> (Vec<Row>, Vec<CastRow>) {
+    let mut rows = Vec::new();
+    let mut casts = Vec::new();
+    for workload in selected {
+        match workload {
+            Workload::Matmul => {
+                for n in &setup.sizes.matmul {
+                    rows.extend(standard(setup, *workload, &Spec::Matmul { n: *n }));
+                }
+            }
+            Workload::Conv2d => rows.extend(standard(setup, *workload, &setup.sizes.conv)),
+            Workload::MlpStep => {
+                rows.extend(standard(setup, *workload, &mlp_spec(&setup.sizes, false)))
+            }
+            Workload::TransformerBlockStep => {
+                rows.extend(standard(setup, *workload, &setup.sizes.transformer))
+            }
+            Workload::LossScalerStep => rows.extend(loss_scaler(setup)),
+            Workload::CastOverhead => {
+                let (r, c) = cast_overhead(setup);
+                rows.extend(r);
+                casts.extend(c);
+            }
+        }
+    }
+    (rows, casts)
+}

@@ -1,0 +1,171 @@
+//! Backend dispatch: from the recipe's backend name to a generic function over Burn's
+//! `Backend`, and the [`MixedPrecision`] device that checks the policy against it.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Mutex;
+
+use burn::tensor::backend::Backend;
+use burn_mpric::{MixedPrecision, MpDevice, Policy, PolicyError, dtype_name};
+
+use crate::error::RecipeError;
+use crate::recipe::{BackendName, BackendSpec};
+
+/// Work generic over the backend; [`dispatch`] picks the backend at run time.
+///
+/// ```
+/// use burn::tensor::backend::Backend;
+/// use burn_mpric_train::backend::{BackendTask, dispatch};
+/// use burn_mpric_train::recipe::{BackendName, BackendSpec};
+///
+/// struct Name;
+/// impl BackendTask for Name {
+///     type Output = String;
+///     fn run<B: Backend>(self, _device: B::Device, backend: BackendName) -> String {
+///         format!("{backend}: {}", B::name(&Default::default()))
+///     }
+/// }
+/// let out = dispatch(&BackendSpec::default(), Name).unwrap();
+/// assert!(out.starts_with("flex"));
+/// ```
+pub trait BackendTask {
+    /// What the task returns.
+    type Output;
+    /// Runs on backend `B` with the inner device `device`.
+    fn run<B: Backend>(self, device: B::Device, backend: BackendName) -> Self::Output;
+}
+
+/// Runs `task` on the backend and device a recipe names.
+///
+/// Device indices: the CPU backends have one device (0); for wgpu, 0 is the default adapter
+/// and n ≥ 1 the n-th discrete GPU; for cuda, the GPU index.
+///
+/// ```
+/// use burn::tensor::backend::Backend;
+/// use burn_mpric_train::backend::{BackendTask, dispatch};
+/// use burn_mpric_train::recipe::{BackendName, BackendSpec};
+///
+/// struct One;
+/// impl BackendTask for One {
+///     type Output = usize;
+///     fn run<B: Backend>(self, _device: B::Device, _backend: BackendName) -> usize {
+///         1
+///     }
+/// }
+/// let spec = BackendSpec { name: BackendName::NdArray, device: 0 };
+/// assert_eq!(dispatch(&spec, One).unwrap(), 1);
+/// let bad = BackendSpec { name: BackendName::Flex, device: 3 };
+/// assert_eq!(dispatch(&bad, One).unwrap_err().field, "backend.device");
+/// ```
+pub fn dispatch<T: BackendTask>(spec: &BackendSpec, task: T) -> Result<T::Output, RecipeError> {
+    let cpu_only = |name: BackendName| {
+        if spec.device == 0 {
+            Ok(())
+        } else {
+            Err(RecipeError::new(
+                "backend.device",
+                format!("{name} has one device, 0; got {}", spec.device),
+            ))
+        }
+    };
+    match spec.name {
+        BackendName::Flex => {
+            cpu_only(spec.name)?;
+            Ok(task.run::<burn::backend::Flex>(Default::default(), spec.name))
+        }
+        BackendName::NdArray => {
+            cpu_only(spec.name)?;
+            Ok(task.run::<burn::backend::NdArray>(
+                burn::backend::ndarray::NdArrayDevice::Cpu,
+                spec.name,
+            ))
+        }
+        BackendName::Wgpu => {
+            use burn::backend::wgpu::WgpuDevice;
+            let device = match spec.device {
+                0 => WgpuDevice::DefaultDevice,
+                n => WgpuDevice::DiscreteGpu(n - 1),
+            };
+            Ok(task.run::<burn::backend::Wgpu>(device, spec.name))
+        }
+        BackendName::Cuda => cuda(spec, task),
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn cuda<T: BackendTask>(spec: &BackendSpec, task: T) -> Result<T::Output, RecipeError> {
+    let device = burn::backend::cuda::CudaDevice::new(spec.device);
+    Ok(task.run::<burn::backend::Cuda>(device, spec.name))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda<T: BackendTask>(_spec: &BackendSpec, _task: T) -> Result<T::Output, RecipeError> {
+    Err(RecipeError::new(
+        "backend.name",
+        "`cuda` needs the `cuda` cargo feature of burn-mpric-train (cargo run --release -p burn-mpric-train --features cuda --bin mpric -- ...); accepted in this build: flex, ndarray, wgpu",
+    ))
+}
+
+/// Device start-up can panic inside a backend (no adapter, no driver); the panic hook is
+/// swapped while it runs, one start-up at a time.
+static START_LOCK: Mutex<()> = Mutex::new(());
+
+/// The mixed-precision device running `policy` on `inner`; a policy the device cannot run is
+/// an error naming the `policy` field and the dtypes the backend supports, and a backend
+/// that fails to start is an error naming `backend.name`.
+///
+/// ```
+/// use burn::backend::NdArray;
+/// use burn_mpric_train::backend::mp_device;
+/// use burn_mpric_train::recipe::BackendName;
+///
+/// let policy = "mixed_f16".parse().unwrap();
+/// let err = mp_device::<NdArray>(Default::default(), policy, BackendName::NdArray).unwrap_err();
+/// assert_eq!(err.field, "policy");
+/// assert!(err.message.contains("ndarray supports f64, f32"), "{err}");
+/// ```
+pub fn mp_device<B: Backend>(
+    inner: B::Device,
+    policy: Policy,
+    backend: BackendName,
+) -> Result<MpDevice<B>, RecipeError> {
+    let _guard = START_LOCK
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        MixedPrecision::<B>::device(inner, policy)
+    }));
+    std::panic::set_hook(hook);
+    match result {
+        Ok(Ok(device)) => Ok(device),
+        Ok(Err(PolicyError::UnsupportedByDevice {
+            slot,
+            dtype,
+            supported,
+        })) => {
+            let supported: Vec<&str> = supported.into_iter().map(dtype_name).collect();
+            Err(RecipeError::new(
+                "policy",
+                format!(
+                    "`{policy}` cannot run on {backend}: its {slot} dtype {} is not supported; {backend} supports {}",
+                    dtype_name(dtype),
+                    supported.join(", ")
+                ),
+            ))
+        }
+        Ok(Err(err)) => Err(RecipeError::new("policy", err.to_string())),
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("unknown failure");
+            let message = message.lines().next().unwrap_or_default();
+            Err(RecipeError::new(
+                "backend.name",
+                format!("{backend} could not start its device: {message}"),
+            ))
+        }
+    }
+}

@@ -1,0 +1,263 @@
+//! The `mpric` command line: `train`, `check`, `policy`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use burn::tensor::backend::Backend;
+use burn_mpric::{Op, Policy, PrecisionSettings, dtype_name};
+use clap::{Args, Parser, Subcommand};
+
+use crate::backend::{BackendTask, dispatch, mp_device};
+use crate::error::Error;
+use crate::plan::Plan;
+use crate::recipe::{BackendName, BackendSpec};
+use crate::train::{Summary, TrainOptions, train};
+
+/// Train Burn models from recipe files, with mixed precision.
+#[derive(Debug, Parser)]
+#[command(name = "mpric", version, about, long_about = None)]
+pub(crate) struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Train a recipe (TOML, or JSON by extension); writes metrics, plots and checkpoints to
+    /// the recipe's output folder.
+    Train(TrainArgs),
+    /// Validate a recipe without training: fields, data, backend and policy.
+    Check(CheckArgs),
+    /// Explain a policy: the dtypes it resolves to on a backend and the category of each op.
+    Policy(PolicyArgs),
+}
+
+/// `mpric train`.
+#[derive(Debug, Args)]
+pub(crate) struct TrainArgs {
+    /// The recipe file.
+    pub(crate) recipe: PathBuf,
+    /// Continue the run in the output folder from its latest checkpoint.
+    #[arg(long)]
+    pub(crate) resume: bool,
+    /// Start over in an output folder that holds a run (removes its checkpoints and metrics).
+    #[arg(long, conflicts_with = "resume")]
+    pub(crate) overwrite: bool,
+    /// Stop after this step (a checkpoint is written); continue later with --resume.
+    #[arg(long, value_name = "STEP")]
+    pub(crate) until: Option<u64>,
+    /// Override a recipe field, e.g. --set steps=20 --set optimizer.lr=0.01 (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub(crate) set: Vec<String>,
+    /// No progress bar and no per-checkpoint lines; only the final summary.
+    #[arg(long, short)]
+    pub(crate) quiet: bool,
+}
+
+/// `mpric check`.
+#[derive(Debug, Args)]
+pub(crate) struct CheckArgs {
+    /// The recipe file.
+    pub(crate) recipe: PathBuf,
+    /// Override a recipe field, as for `train`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub(crate) set: Vec<String>,
+}
+
+/// `mpric policy`.
+#[derive(Debug, Args)]
+pub(crate) struct PolicyArgs {
+    /// The policy text: `mixed_f16`, `p=f32,c=bf16,o=f32`, `half`, ...
+    pub(crate) text: String,
+    /// The backend to resolve it on.
+    #[arg(long, value_enum, default_value = "flex")]
+    pub(crate) backend: BackendName,
+    /// The device index on that backend.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) device: usize,
+}
+
+/// Runs the command line of this process and returns its exit status: 0 on success, 2 for a
+/// bad recipe or bad arguments, 1 for a failure while training. This is the `mpric` binary:
+///
+/// ```no_run
+/// fn main() -> std::process::ExitCode {
+///     burn_mpric_train::cli::main()
+/// }
+/// ```
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err}");
+            ExitCode::from(err.exit_code())
+        }
+    }
+}
+
+/// Runs `mpric` with these arguments (the first one is the program name); output goes to
+/// stdout and stderr as from the binary. A malformed command line is an [`Error::Usage`].
+///
+/// ```
+/// use burn_mpric_train::cli::run_from;
+///
+/// assert!(run_from(["mpric", "policy", "mixed_bf16"]).is_ok());
+/// let err = run_from(["mpric", "policy", "mixed_f16", "--backend", "ndarray"]).unwrap_err();
+/// assert_eq!(err.exit_code(), 2);
+/// assert!(run_from(["mpric", "fly"]).is_err());
+/// ```
+pub fn run_from<I, T>(args: I) -> Result<(), Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = Cli::try_parse_from(args).map_err(|e| {
+        let text = e.to_string();
+        Error::Usage(text.lines().next().unwrap_or_default().to_string())
+    })?;
+    run(cli)
+}
+
+/// Runs a parsed command line.
+pub(crate) fn run(cli: Cli) -> Result<(), Error> {
+    match cli.command {
+        Command::Train(args) => {
+            let plan = Plan::load(&args.recipe, &args.set)?;
+            let options = TrainOptions {
+                resume: args.resume,
+                overwrite: args.overwrite,
+                until: args.until,
+                progress: !args.quiet,
+                log: !args.quiet,
+            };
+            // A policy the backend cannot run is reported before anything is printed.
+            let policy = plan.check_backend()?;
+            if !args.quiet {
+                eprintln!(
+                    "training {}: {} steps of {} on {} ({policy}) -> {}",
+                    plan.label,
+                    plan.total_steps,
+                    plan.recipe.model.kind,
+                    plan.recipe.backend.name,
+                    plan.recipe.output.display()
+                );
+            }
+            let summary = train(&plan, &options)?;
+            emit(&summary_text(&plan, &summary));
+            Ok(())
+        }
+        Command::Check(args) => {
+            let plan = Plan::load(&args.recipe, &args.set)?;
+            let policy = plan.check_backend()?;
+            let mut text = format!("{}: ok\n", plan.label);
+            for line in plan.describe(policy) {
+                text.push_str(&format!("  {line}\n"));
+            }
+            emit(&text);
+            Ok(())
+        }
+        Command::Policy(args) => explain_policy(&args),
+    }
+}
+
+/// Prints to stdout; a closed stdout (`mpric ... | head`) is not an error.
+fn emit(text: &str) {
+    use std::io::Write;
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}
+
+fn summary_text(plan: &Plan, s: &Summary) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let f = |v: Option<f32>, d: usize| v.map_or("n/a".to_string(), |v| format!("{v:.d$}"));
+    let _ = writeln!(
+        o,
+        "{}: steps {} -> {} of {} in {:.1} s ({} on {}, policy {})",
+        plan.label,
+        s.start_step,
+        s.step,
+        s.total_steps,
+        s.wall_s,
+        plan.recipe.model.kind,
+        plan.recipe.backend.name,
+        s.policy
+    );
+    let _ = writeln!(
+        o,
+        "  final training loss {} (mean of the last steps), last batch accuracy {}",
+        f(s.tail_loss, 4),
+        f(s.last.as_ref().and_then(|r| r.accuracy), 3)
+    );
+    if let Some(eval) = &s.eval {
+        let _ = writeln!(
+            o,
+            "  held-out loss {}, accuracy {} ({} predictions)",
+            f(eval.loss, 4),
+            f(eval.accuracy, 3),
+            eval.predictions
+        );
+    }
+    let _ = writeln!(
+        o,
+        "  skipped steps {}, final loss scale {}",
+        s.skipped,
+        s.last.as_ref().map_or(1.0, |r| r.loss_scale)
+    );
+    let out = s.output.display();
+    let _ = writeln!(o, "  metrics: {out}/metrics.csv, {out}/metrics.json");
+    let _ = writeln!(o, "  plots:   {out}/loss.svg, {out}/loss_scale.svg");
+    let _ = writeln!(o, "  checkpoints: {out}/checkpoints/");
+    if s.step < s.total_steps {
+        let _ = writeln!(
+            o,
+            "  stopped early; continue with: mpric train {} --resume",
+            plan.label
+        );
+    }
+    o
+}
+
+fn explain_policy(args: &PolicyArgs) -> Result<(), Error> {
+    let policy: Policy = args
+        .text
+        .parse()
+        .map_err(|e| Error::Usage(format!("policy `{}`: {e}", args.text)))?;
+
+    struct Resolve(Policy);
+    impl BackendTask for Resolve {
+        type Output = Result<Policy, crate::RecipeError>;
+        fn run<B: Backend>(self, device: B::Device, backend: BackendName) -> Self::Output {
+            mp_device::<B>(device, self.0, backend).map(|d| d.policy())
+        }
+    }
+    let spec = BackendSpec {
+        name: args.backend,
+        device: args.device,
+    };
+    let resolved = dispatch(&spec, Resolve(policy))
+        .and_then(|r| r)
+        .map_err(|e| Error::Usage(e.to_string()))?;
+    use std::fmt::Write;
+    let mut o = String::new();
+    let _ = writeln!(o, "policy:  {resolved}");
+    let _ = writeln!(o, "as written: {}", args.text);
+    let _ = writeln!(o, "backend: {} device {}", args.backend, args.device);
+    if let Some((param, compute, output)) = resolved.dtypes() {
+        let _ = writeln!(o, "param dtype:   {}", dtype_name(param));
+        let _ = writeln!(o, "compute dtype: {}", dtype_name(compute));
+        let _ = writeln!(o, "output dtype:  {}", dtype_name(output));
+    }
+    let _ = writeln!(
+        o,
+        "op categories (compute: at the compute dtype; full: at f32 or wider; promote: at the widest input dtype):"
+    );
+    let settings = PrecisionSettings::new(resolved);
+    for op in Op::ALL {
+        let _ = writeln!(o, "  {}: {}", op.name(), settings.category(*op));
+    }
+    emit(&o);
+    Ok(())
+}

@@ -1,0 +1,563 @@
+//! Datasets, the deterministic batch order, and batches as tensors.
+
+pub mod tabular;
+pub mod text;
+
+use burn::tensor::backend::Backend;
+use burn::tensor::{Int, Tensor, TensorData};
+use serde::{Deserialize, Serialize};
+
+use crate::error::RecipeError;
+use crate::recipe::{DatasetName, DatasetSpec, ModelConfig};
+use crate::rng::Rng;
+use tabular::{Tabular, Task};
+use text::Text;
+
+/// A loaded dataset.
+///
+/// ```
+/// use burn_mpric_train::data::Dataset;
+/// use burn_mpric_train::Recipe;
+///
+/// let recipe = Recipe::example(); // iris
+/// let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+/// assert_eq!(data.steps_per_epoch(16), 7); // 120 training examples
+/// assert!(data.check_batch_size(121).is_err());
+/// ```
+#[derive(Debug, Clone)]
+pub enum Dataset {
+    /// Features and targets.
+    Tabular(Tabular),
+    /// Characters.
+    Text(Text),
+}
+
+/// The sizes a model needs from its data.
+///
+/// ```
+/// # use burn_mpric_train::{Recipe, data::Dataset};
+/// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+/// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+/// assert_eq!(data.dims(), burn_mpric_train::data::Dims { inputs: 4, outputs: 3 });
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dims {
+    /// Features per example, or the vocabulary size for text.
+    pub inputs: usize,
+    /// Classes, 1 for regression, or the vocabulary size for text.
+    pub outputs: usize,
+}
+
+impl Dataset {
+    /// Loads the dataset of a recipe; the split depends on `seed`.
+    ///
+    /// ```
+    /// # use burn_mpric_train::{Recipe, data::Dataset};
+    /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+    /// assert_eq!(data.train_len() + data.eval_len(), 150);
+    /// let other = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 1).unwrap();
+    /// assert_eq!(other.train_len(), data.train_len());
+    /// ```
+    pub fn load(spec: &DatasetSpec, model: &ModelConfig, seed: u64) -> Result<Self, RecipeError> {
+        match spec.name {
+            DatasetName::TinyText => {
+                let context = match model {
+                    ModelConfig::TransformerLm { context, .. } => *context,
+                    _ => {
+                        return Err(RecipeError::new(
+                            "model.kind",
+                            "tiny_text trains model kind `transformer_lm`",
+                        ));
+                    }
+                };
+                Text::load(spec.eval_fraction(), context).map(Dataset::Text)
+            }
+            name => Tabular::load(name, spec.eval_fraction(), seed).map(Dataset::Tabular),
+        }
+    }
+
+    /// Input and output sizes for the model.
+    ///
+    /// ```
+    /// # use burn_mpric_train::{Recipe, data::Dataset};
+    /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+    /// assert_eq!((data.dims().inputs, data.dims().outputs), (4, 3));
+    /// ```
+    pub fn dims(&self) -> Dims {
+        match self {
+            Dataset::Tabular(t) => Dims {
+                inputs: t.features,
+                outputs: t.outputs(),
+            },
+            Dataset::Text(t) => Dims {
+                inputs: t.vocab_size(),
+                outputs: t.vocab_size(),
+            },
+        }
+    }
+
+    /// Training examples (tabular) or characters (text).
+    ///
+    /// ```
+    /// # use burn_mpric_train::{Recipe, data::Dataset};
+    /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+    /// assert_eq!(data.train_len(), 120);
+    /// ```
+    pub fn train_len(&self) -> usize {
+        match self {
+            Dataset::Tabular(t) => t.train_len(),
+            Dataset::Text(t) => t.train_len(),
+        }
+    }
+
+    /// Evaluation examples (tabular) or characters (text).
+    ///
+    /// ```
+    /// # use burn_mpric_train::{Recipe, data::Dataset};
+    /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+    /// assert_eq!(data.eval_len(), 30);
+    /// ```
+    pub fn eval_len(&self) -> usize {
+        match self {
+            Dataset::Tabular(t) => t.eval_len(),
+            Dataset::Text(t) => t.eval_len(),
+        }
+    }
+
+    /// Whether accuracy applies (classification and language modelling).
+    ///
+    /// ```
+    /// # use burn_mpric_train::{Recipe, data::Dataset};
+    /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+    /// assert!(data.has_accuracy());
+    /// ```
+    pub fn has_accuracy(&self) -> bool {
+        !matches!(
+            self,
+            Dataset::Tabular(Tabular {
+                task: Task::Regression,
+                ..
+            })
+        )
+    }
+
+    /// Steps in one epoch: full batches per pass over the training examples (tabular), or
+    /// batches of windows that cover the training characters once on average (text).
+    ///
+    /// ```
+    /// # use burn_mpric_train::{Recipe, data::Dataset};
+    /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+    /// assert_eq!(data.steps_per_epoch(16), 7);
+    /// assert_eq!(data.steps_per_epoch(1000), 1);
+    /// ```
+    pub fn steps_per_epoch(&self, batch_size: usize) -> u64 {
+        let batch_size = batch_size.max(1);
+        let steps = match self {
+            Dataset::Tabular(t) => t.train_len() / batch_size,
+            Dataset::Text(t) => t.train_len() / (batch_size * t.context()),
+        };
+        steps.max(1) as u64
+    }
+
+    /// Errors if a batch is larger than the training split.
+    ///
+    /// ```
+    /// # use burn_mpric_train::{Recipe, data::Dataset};
+    /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+    /// assert!(data.check_batch_size(120).is_ok());
+    /// assert_eq!(data.check_batch_size(121).unwrap_err().field, "batch_size");
+    /// ```
+    pub fn check_batch_size(&self, batch_size: usize) -> Result<(), RecipeError> {
+        if let Dataset::Text(_) = self
+            && batch_size > MAX_TEXT_BATCH
+        {
+            return Err(RecipeError::new(
+                "batch_size",
+                format!("must be at most {MAX_TEXT_BATCH} sequences, got {batch_size}"),
+            ));
+        }
+        if let Dataset::Tabular(t) = self
+            && batch_size > t.train_len()
+        {
+            return Err(RecipeError::new(
+                "batch_size",
+                format!(
+                    "must be at most the training split of {} ({} examples), got {batch_size}",
+                    t.name,
+                    t.train_len()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Evaluation items in batches of at most `batch_size`.
+    ///
+    /// ```
+    /// # use burn_mpric_train::{Recipe, data::Dataset};
+    /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+    /// let batches = data.eval_batches(16);
+    /// assert_eq!(batches.iter().map(Vec::len).collect::<Vec<_>>(), vec![16, 14]);
+    /// ```
+    pub fn eval_batches(&self, batch_size: usize) -> Vec<Vec<usize>> {
+        let items: Vec<usize> = match self {
+            Dataset::Tabular(t) => (0..t.eval_len()).collect(),
+            Dataset::Text(t) => t.eval_offsets(),
+        };
+        items
+            .chunks(batch_size.max(1))
+            .map(<[usize]>::to_vec)
+            .collect()
+    }
+
+    /// The tensors of some training (`eval == false`) or evaluation items.
+    ///
+    /// ```
+    /// # use burn_mpric_train::{Recipe, data::Dataset};
+    /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+    /// use burn::backend::Flex;
+    /// use burn_mpric_train::data::Inputs;
+    ///
+    /// let batch = data.batch::<Flex>(false, &[0, 5, 7], &Default::default());
+    /// assert_eq!(batch.len, 3);
+    /// assert!(matches!(batch.inputs, Inputs::Features(ref x) if x.dims() == [3, 4]));
+    /// ```
+    pub fn batch<B: Backend>(&self, eval: bool, items: &[usize], device: &B::Device) -> Batch<B> {
+        let n = items.len();
+        match self {
+            Dataset::Tabular(t) => {
+                let (x, y) = t.rows(eval, items);
+                let inputs = Inputs::Features(Tensor::from_data(
+                    TensorData::new(x, [n, t.features]),
+                    device,
+                ));
+                let targets = match t.task {
+                    Task::Classification { .. } => {
+                        let y: Vec<i64> = y.iter().map(|v| *v as i64).collect();
+                        Targets::Classes(Tensor::from_data(TensorData::new(y, [n]), device))
+                    }
+                    Task::Regression => {
+                        Targets::Values(Tensor::from_data(TensorData::new(y, [n, 1]), device))
+                    }
+                };
+                Batch {
+                    inputs,
+                    targets,
+                    len: n,
+                }
+            }
+            Dataset::Text(t) => {
+                let (x, y) = t.windows(eval, items);
+                let shape = [n, t.context()];
+                Batch {
+                    inputs: Inputs::Tokens(Tensor::from_data(TensorData::new(x, shape), device)),
+                    targets: Targets::Tokens(Tensor::from_data(TensorData::new(y, shape), device)),
+                    len: n * t.context(),
+                }
+            }
+        }
+    }
+
+    /// A one-line description: name, sizes, split.
+    ///
+    /// ```
+    /// # use burn_mpric_train::{Recipe, data::Dataset};
+    /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+    /// assert!(data.describe().starts_with("iris: 4 features, 3 classes"));
+    /// ```
+    pub fn describe(&self) -> String {
+        match self {
+            Dataset::Tabular(t) => format!(
+                "{}: {} features, {}, {} train / {} eval examples",
+                t.name,
+                t.features,
+                match t.task {
+                    Task::Classification { classes } => format!("{classes} classes"),
+                    Task::Regression => "regression (standardized target)".to_string(),
+                },
+                t.train_len(),
+                t.eval_len()
+            ),
+            Dataset::Text(t) => format!(
+                "tiny_text: {} distinct characters, {} train / {} eval characters, context {}",
+                t.vocab_size(),
+                t.train_len(),
+                t.eval_len(),
+                t.context()
+            ),
+        }
+    }
+}
+
+/// Model inputs.
+///
+/// ```
+/// # use burn_mpric_train::{Recipe, data::Dataset};
+/// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+/// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+/// use burn::backend::Flex;
+/// use burn_mpric_train::data::Inputs;
+///
+/// let batch = data.batch::<Flex>(true, &[0, 1], &Default::default());
+/// assert!(matches!(batch.inputs, Inputs::Features(_)));
+/// ```
+#[derive(Debug, Clone)]
+pub enum Inputs<B: Backend> {
+    /// Standardized features, `[batch, features]`.
+    Features(Tensor<B, 2>),
+    /// Token ids, `[batch, context]`.
+    Tokens(Tensor<B, 2, Int>),
+}
+
+/// Training targets.
+///
+/// ```
+/// # use burn_mpric_train::{Recipe, data::Dataset};
+/// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+/// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+/// use burn::backend::Flex;
+/// use burn_mpric_train::data::Targets;
+///
+/// let batch = data.batch::<Flex>(true, &[0, 1], &Default::default());
+/// assert!(matches!(batch.targets, Targets::Classes(ref y) if y.dims() == [2]));
+/// ```
+#[derive(Debug, Clone)]
+pub enum Targets<B: Backend> {
+    /// Class indices, `[batch]`.
+    Classes(Tensor<B, 1, Int>),
+    /// Regression targets, `[batch, 1]`.
+    Values(Tensor<B, 2>),
+    /// Next-token ids, `[batch, context]`.
+    Tokens(Tensor<B, 2, Int>),
+}
+
+/// One batch: inputs, targets, and the number of predictions it holds.
+///
+/// ```
+/// # use burn_mpric_train::{Recipe, data::Dataset};
+/// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+/// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+/// let batch = data.batch::<burn::backend::Flex>(false, &[3, 4], &Default::default());
+/// assert_eq!(batch.len, 2);
+/// ```
+#[derive(Debug, Clone)]
+pub struct Batch<B: Backend> {
+    /// The inputs.
+    pub inputs: Inputs<B>,
+    /// The targets.
+    pub targets: Targets<B>,
+    /// Predictions in the batch (examples, or characters for text).
+    pub len: usize,
+}
+
+/// Where the batch order stands: the whole state a checkpoint needs to draw the same next
+/// batch.
+///
+/// For tabular data, `rng` is the generator state at the start of the current epoch (the
+/// epoch's shuffle is redrawn from it) and `cursor` the next example of that order; for text,
+/// `rng` is the current generator state and `cursor` the number of batches drawn.
+///
+/// ```
+/// # use burn_mpric_train::{Recipe, data::Dataset};
+/// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+/// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+/// use burn_mpric_train::data::Sampler;
+///
+/// let mut sampler = Sampler::new(&data, 0, 16);
+/// for _ in 0..8 {
+///     sampler.next_items();
+/// }
+/// // 7 full batches per epoch: the 8th batch starts the second epoch.
+/// assert_eq!((sampler.position().epoch, sampler.position().cursor), (1, 16));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataPosition {
+    /// Generator state (see above).
+    pub rng: u64,
+    /// Completed passes over the training split.
+    pub epoch: u64,
+    /// Position inside the epoch.
+    pub cursor: u64,
+}
+
+/// Draws training batches in a deterministic order.
+///
+/// ```
+/// use burn_mpric_train::data::{Dataset, Sampler};
+/// use burn_mpric_train::Recipe;
+///
+/// let recipe = Recipe::example();
+/// let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+/// let mut a = Sampler::new(&data, 7, 16);
+/// a.next_items();
+/// let mut b = Sampler::restore(&data, a.position(), 16);
+/// assert_eq!(a.next_items(), b.next_items());
+/// ```
+#[derive(Debug, Clone)]
+pub struct Sampler {
+    position: DataPosition,
+    batch_size: usize,
+    steps_per_epoch: u64,
+    kind: SamplerKind,
+}
+
+#[derive(Debug, Clone)]
+enum SamplerKind {
+    Epochs { order: Vec<usize>, next_rng: Rng },
+    Windows { max_offset: usize },
+}
+
+/// The largest batch of text sequences a recipe may ask for.
+const MAX_TEXT_BATCH: usize = 4096;
+
+/// The random stream of the batch order.
+const ORDER_STREAM: u64 = 2;
+
+impl Sampler {
+    /// The order of a fresh run.
+    ///
+    /// ```
+    /// # use burn_mpric_train::{Recipe, data::Dataset};
+    /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+    /// use burn_mpric_train::data::Sampler;
+    ///
+    /// let (mut a, mut b) = (Sampler::new(&data, 0, 16), Sampler::new(&data, 1, 16));
+    /// assert_ne!(a.next_items(), b.next_items());
+    /// ```
+    pub fn new(data: &Dataset, seed: u64, batch_size: usize) -> Self {
+        let position = DataPosition {
+            rng: Rng::stream(seed, ORDER_STREAM).state(),
+            epoch: 0,
+            cursor: 0,
+        };
+        Self::restore(data, position, batch_size)
+    }
+
+    /// The order of a resumed run, from a checkpoint's position.
+    ///
+    /// ```
+    /// # use burn_mpric_train::{Recipe, data::Dataset};
+    /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+    /// use burn_mpric_train::data::Sampler;
+    ///
+    /// let mut a = Sampler::new(&data, 0, 16);
+    /// for _ in 0..9 {
+    ///     a.next_items();
+    /// }
+    /// let mut b = Sampler::restore(&data, a.position(), 16);
+    /// assert_eq!(a.next_items(), b.next_items());
+    /// ```
+    pub fn restore(data: &Dataset, position: DataPosition, batch_size: usize) -> Self {
+        let kind = match data {
+            Dataset::Tabular(t) => {
+                let (order, next_rng) = shuffled(t.train_len(), position.rng);
+                SamplerKind::Epochs { order, next_rng }
+            }
+            Dataset::Text(t) => SamplerKind::Windows {
+                max_offset: t.max_train_offset(),
+            },
+        };
+        Self {
+            position,
+            batch_size,
+            steps_per_epoch: data.steps_per_epoch(batch_size),
+            kind,
+        }
+    }
+
+    /// Whether a position (from a checkpoint) can be restored on this data.
+    ///
+    /// ```
+    /// # use burn_mpric_train::{Recipe, data::Dataset};
+    /// # let recipe = Recipe::example(); // iris: 120 training examples
+    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+    /// use burn_mpric_train::data::{DataPosition, Sampler};
+    ///
+    /// assert!(Sampler::fits(&data, DataPosition { rng: 1, epoch: 0, cursor: 112 }));
+    /// assert!(!Sampler::fits(&data, DataPosition { rng: 1, epoch: 0, cursor: 500 }));
+    /// ```
+    pub fn fits(data: &Dataset, position: DataPosition) -> bool {
+        match data {
+            Dataset::Tabular(t) => position.cursor as usize <= t.train_len(),
+            Dataset::Text(_) => true,
+        }
+    }
+
+    /// The position after the batches drawn so far.
+    ///
+    /// ```
+    /// # use burn_mpric_train::{Recipe, data::Dataset};
+    /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+    /// use burn_mpric_train::data::Sampler;
+    ///
+    /// let mut sampler = Sampler::new(&data, 0, 16);
+    /// sampler.next_items();
+    /// assert_eq!(sampler.position().cursor, 16);
+    /// ```
+    pub fn position(&self) -> DataPosition {
+        self.position
+    }
+
+    /// The items (example indices or window starts) of the next training batch.
+    ///
+    /// ```
+    /// # use burn_mpric_train::{Recipe, data::Dataset};
+    /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+    /// use burn_mpric_train::data::Sampler;
+    ///
+    /// let mut sampler = Sampler::new(&data, 0, 16);
+    /// let items = sampler.next_items();
+    /// assert_eq!(items.len(), 16);
+    /// assert!(items.iter().all(|i| *i < 120));
+    /// ```
+    pub fn next_items(&mut self) -> Vec<usize> {
+        let batch = self.batch_size;
+        match &mut self.kind {
+            SamplerKind::Epochs { order, next_rng } => {
+                if self.position.cursor as usize + batch > order.len() {
+                    // Drop the incomplete tail; the next epoch is shuffled from where the
+                    // generator stands after this epoch's shuffle.
+                    self.position.rng = next_rng.state();
+                    self.position.epoch += 1;
+                    self.position.cursor = 0;
+                    let (new_order, new_rng) = shuffled(order.len(), self.position.rng);
+                    *order = new_order;
+                    *next_rng = new_rng;
+                }
+                let start = self.position.cursor as usize;
+                self.position.cursor += batch as u64;
+                order[start..start + batch].to_vec()
+            }
+            SamplerKind::Windows { max_offset } => {
+                let mut rng = Rng::from_state(self.position.rng);
+                let items = (0..batch).map(|_| rng.below(*max_offset + 1)).collect();
+                self.position.rng = rng.state();
+                self.position.cursor += 1;
+                self.position.epoch = self.position.cursor / self.steps_per_epoch;
+                items
+            }
+        }
+    }
+}
+
+/// `0..n` shuffled by a generator in `state`, and the generator after the shuffle.
+fn shuffled(n: usize, state: u64) -> (Vec<usize>, Rng) {
+    let mut rng = Rng::from_state(state);
+    let mut order: Vec<usize> = (0..n).collect();
+    rng.shuffle(&mut order);
+    (order, rng)
+}

@@ -1,0 +1,176 @@
+//! The text shipped with this crate, tokenized by character, for the language model.
+
+use crate::error::RecipeError;
+
+/// The shipped text (`data/tiny_text.txt`, about 16 KB of original English prose).
+///
+/// ```
+/// # use burn_mpric_train::data::text::{Text, TINY_TEXT};
+/// assert!(TINY_TEXT.len() > 10_000);
+/// assert!(TINY_TEXT.starts_with("The Lighthouse Keeper"));
+/// ```
+pub const TINY_TEXT: &str = include_str!("../../data/tiny_text.txt");
+
+/// A character-level corpus: the vocabulary (sorted distinct characters) and the token ids of
+/// the training part (the start of the text) and the evaluation part (its end).
+///
+/// ```
+/// use burn_mpric_train::data::text::Text;
+///
+/// let text = Text::load(0.1, 64).unwrap();
+/// assert!(text.vocab_size() > 40 && text.vocab_size() < 100);
+/// assert!(text.train_len() > 8 * text.eval_len());
+/// assert!(Text::load(0.1, 100_000).is_err());
+/// ```
+#[derive(Debug, Clone)]
+pub struct Text {
+    vocab: Vec<char>,
+    train: Vec<u32>,
+    eval: Vec<u32>,
+    context: usize,
+}
+
+impl Text {
+    /// Tokenizes the shipped text and holds out its last `eval_fraction` for evaluation;
+    /// `context` is the model's window, which both parts must fit.
+    ///
+    /// ```
+    /// # use burn_mpric_train::data::text::{Text, TINY_TEXT};
+    /// let text = Text::load(0.1, 64).unwrap();
+    /// assert_eq!(text.train_len() + text.eval_len(), TINY_TEXT.chars().count());
+    /// assert_eq!(Text::load(0.1, 100_000).unwrap_err().field, "model.context");
+    /// ```
+    pub fn load(eval_fraction: f64, context: usize) -> Result<Self, RecipeError> {
+        let mut vocab: Vec<char> = TINY_TEXT.chars().collect();
+        vocab.sort_unstable();
+        vocab.dedup();
+        let tokens: Vec<u32> = TINY_TEXT
+            .chars()
+            .map(|c| vocab.binary_search(&c).unwrap_or(0) as u32)
+            .collect();
+        let eval_n = (tokens.len() as f64 * eval_fraction).round() as usize;
+        let split = tokens.len() - eval_n.min(tokens.len());
+        let (train, eval) = tokens.split_at(split);
+        if eval.len() < context + 1 || train.len() < 2 * (context + 1) {
+            return Err(RecipeError::new(
+                "model.context",
+                format!(
+                    "the text has {} training and {} evaluation characters; a context of {context} does not fit (use a smaller context or a larger dataset.eval_fraction)",
+                    train.len(),
+                    eval.len()
+                ),
+            ));
+        }
+        Ok(Self {
+            vocab,
+            train: train.to_vec(),
+            eval: eval.to_vec(),
+            context,
+        })
+    }
+
+    /// Distinct characters.
+    ///
+    /// ```
+    /// # use burn_mpric_train::data::text::{Text, TINY_TEXT};
+    /// let text = Text::load(0.1, 8).unwrap();
+    /// assert!(text.vocab_size() < 100);
+    /// ```
+    pub fn vocab_size(&self) -> usize {
+        self.vocab.len()
+    }
+
+    /// Training characters.
+    ///
+    /// ```
+    /// # use burn_mpric_train::data::text::{Text, TINY_TEXT};
+    /// assert!(Text::load(0.1, 8).unwrap().train_len() > 10_000);
+    /// ```
+    pub fn train_len(&self) -> usize {
+        self.train.len()
+    }
+
+    /// Evaluation characters.
+    ///
+    /// ```
+    /// # use burn_mpric_train::data::text::{Text, TINY_TEXT};
+    /// assert!(Text::load(0.1, 8).unwrap().eval_len() > 1_000);
+    /// ```
+    pub fn eval_len(&self) -> usize {
+        self.eval.len()
+    }
+
+    /// The model's context length.
+    ///
+    /// ```
+    /// # use burn_mpric_train::data::text::{Text, TINY_TEXT};
+    /// assert_eq!(Text::load(0.1, 8).unwrap().context(), 8);
+    /// ```
+    pub fn context(&self) -> usize {
+        self.context
+    }
+
+    /// The largest window start in the training part.
+    ///
+    /// ```
+    /// # use burn_mpric_train::data::text::{Text, TINY_TEXT};
+    /// let text = Text::load(0.1, 8).unwrap();
+    /// assert_eq!(text.max_train_offset(), text.train_len() - 9);
+    /// ```
+    pub fn max_train_offset(&self) -> usize {
+        self.train.len() - self.context - 1
+    }
+
+    /// Window starts covering the evaluation part without overlap.
+    ///
+    /// ```
+    /// # use burn_mpric_train::data::text::{Text, TINY_TEXT};
+    /// let text = Text::load(0.1, 8).unwrap();
+    /// let offsets = text.eval_offsets();
+    /// assert_eq!(offsets[..3], [0, 8, 16]);
+    /// assert!(*offsets.last().unwrap() + 9 <= text.eval_len());
+    /// ```
+    pub fn eval_offsets(&self) -> Vec<usize> {
+        (0..=self.eval.len() - self.context - 1)
+            .step_by(self.context)
+            .collect()
+    }
+
+    /// Inputs and next-character targets (each `offsets.len() × context`, row-major) of the
+    /// windows starting at `offsets`.
+    ///
+    /// ```
+    /// # use burn_mpric_train::data::text::{Text, TINY_TEXT};
+    /// let text = Text::load(0.1, 4).unwrap();
+    /// let (inputs, targets) = text.windows(false, &[0]);
+    /// assert_eq!(text.decode(&inputs), "The ");
+    /// assert_eq!(text.decode(&targets), "he L");
+    /// ```
+    pub fn windows(&self, eval: bool, offsets: &[usize]) -> (Vec<i64>, Vec<i64>) {
+        let tokens = if eval { &self.eval } else { &self.train };
+        let mut inputs = Vec::with_capacity(offsets.len() * self.context);
+        let mut targets = Vec::with_capacity(offsets.len() * self.context);
+        for &offset in offsets {
+            let window = &tokens[offset..offset + self.context + 1];
+            inputs.extend(window[..self.context].iter().map(|t| i64::from(*t)));
+            targets.extend(window[1..].iter().map(|t| i64::from(*t)));
+        }
+        (inputs, targets)
+    }
+
+    /// Decodes token ids back to text.
+    ///
+    /// ```
+    /// use burn_mpric_train::data::text::Text;
+    ///
+    /// let text = Text::load(0.1, 16).unwrap();
+    /// let (inputs, _) = text.windows(false, &[0]);
+    /// assert_eq!(text.decode(&inputs), "The Lighthouse K");
+    /// ```
+    pub fn decode(&self, tokens: &[i64]) -> String {
+        tokens
+            .iter()
+            .map(|t| self.vocab.get(*t as usize).copied().unwrap_or('?'))
+            .collect()
+    }
+}

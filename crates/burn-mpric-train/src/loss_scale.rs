@@ -1,0 +1,433 @@
+//! The recipe's `loss_scale` field: a preset name or a table of [`LossScaleConfig`] fields.
+
+use std::fmt;
+use std::str::FromStr;
+
+use burn::tensor::FloatDType;
+use burn_mpric::scale::{LossScaleConfig, LossScaleError, LossScaler, UpdateRule};
+use burn_mpric::{Policy, PolicyDType};
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::error::RecipeError;
+
+const ACCEPTED: &str = "auto, none, dynamic, torch, jmp, eformer, keras, flax, deepspeed, megatron, static:<scale> (e.g. static:1024), or a table of loss-scale fields";
+
+/// A named loss-scale setting.
+///
+/// ```
+/// use burn_mpric_train::loss_scale::LossScalePreset;
+///
+/// let p: LossScalePreset = "static:1024".parse().unwrap();
+/// assert_eq!(p, LossScalePreset::Static(1024.0));
+/// assert_eq!(p.to_string(), "static:1024");
+/// assert!("torchh".parse::<LossScalePreset>().unwrap_err().contains("accepted"));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum LossScalePreset {
+    /// Dynamic scaling with the default configuration when the compute dtype is f16, no
+    /// scaling otherwise (the default).
+    Auto,
+    /// No scaling (scale 1); non-finite steps are still skipped.
+    None,
+    /// Dynamic scaling with the default configuration ([`LossScaleConfig::new`]).
+    Dynamic,
+    /// [`LossScaleConfig::torch`].
+    Torch,
+    /// [`LossScaleConfig::jmp`].
+    Jmp,
+    /// [`LossScaleConfig::eformer`].
+    Eformer,
+    /// [`LossScaleConfig::keras`].
+    Keras,
+    /// [`LossScaleConfig::flax`].
+    Flax,
+    /// [`LossScaleConfig::deepspeed`].
+    DeepSpeed,
+    /// [`LossScaleConfig::megatron`].
+    Megatron,
+    /// A fixed scale.
+    Static(f32),
+}
+
+impl LossScalePreset {
+    /// The dynamic configuration of a dynamic preset (`None` for auto, none and static).
+    ///
+    /// ```
+    /// use burn_mpric_train::loss_scale::LossScalePreset;
+    ///
+    /// assert_eq!(LossScalePreset::Torch.dynamic_config().unwrap().initial_scale, 65536.0);
+    /// assert!(LossScalePreset::None.dynamic_config().is_none());
+    /// ```
+    pub fn dynamic_config(&self) -> Option<LossScaleConfig> {
+        Some(match self {
+            LossScalePreset::Dynamic => LossScaleConfig::new(),
+            LossScalePreset::Torch => LossScaleConfig::torch(),
+            LossScalePreset::Jmp => LossScaleConfig::jmp(),
+            LossScalePreset::Eformer => LossScaleConfig::eformer(),
+            LossScalePreset::Keras => LossScaleConfig::keras(),
+            LossScalePreset::Flax => LossScaleConfig::flax(),
+            LossScalePreset::DeepSpeed => LossScaleConfig::deepspeed(),
+            LossScalePreset::Megatron => LossScaleConfig::megatron(),
+            LossScalePreset::Auto | LossScalePreset::None | LossScalePreset::Static(_) => {
+                return None;
+            }
+        })
+    }
+}
+
+impl FromStr for LossScalePreset {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let text = s.trim().to_ascii_lowercase();
+        Ok(match text.as_str() {
+            "auto" => LossScalePreset::Auto,
+            "none" | "noop" | "off" => LossScalePreset::None,
+            "dynamic" => LossScalePreset::Dynamic,
+            "torch" | "pytorch" => LossScalePreset::Torch,
+            "jmp" => LossScalePreset::Jmp,
+            "eformer" => LossScalePreset::Eformer,
+            "keras" => LossScalePreset::Keras,
+            "flax" => LossScalePreset::Flax,
+            "deepspeed" => LossScalePreset::DeepSpeed,
+            "megatron" => LossScalePreset::Megatron,
+            _ => match text.strip_prefix("static:") {
+                Some(value) => match value.trim().parse::<f32>() {
+                    Ok(scale) => LossScalePreset::Static(scale),
+                    Err(_) => {
+                        return Err(format!(
+                            "`{s}`: the static scale must be a number, e.g. static:1024"
+                        ));
+                    }
+                },
+                None => {
+                    return Err(format!(
+                        "unknown loss-scale preset `{s}`; accepted: {ACCEPTED}"
+                    ));
+                }
+            },
+        })
+    }
+}
+
+impl fmt::Display for LossScalePreset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LossScalePreset::Auto => "auto",
+            LossScalePreset::None => "none",
+            LossScalePreset::Dynamic => "dynamic",
+            LossScalePreset::Torch => "torch",
+            LossScalePreset::Jmp => "jmp",
+            LossScalePreset::Eformer => "eformer",
+            LossScalePreset::Keras => "keras",
+            LossScalePreset::Flax => "flax",
+            LossScalePreset::DeepSpeed => "deepspeed",
+            LossScalePreset::Megatron => "megatron",
+            LossScalePreset::Static(scale) => return write!(f, "static:{scale}"),
+        })
+    }
+}
+
+impl Serialize for LossScalePreset {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for LossScalePreset {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(de::Error::custom)
+    }
+}
+
+/// The growth rule of a dynamic loss scale, by name.
+///
+/// ```
+/// use burn_mpric_train::loss_scale::RuleName;
+///
+/// let rule: RuleName = serde_json::from_str("\"flax\"").unwrap();
+/// assert_eq!(rule, RuleName::Flax);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RuleName {
+    /// PyTorch, jmp, eformer, Keras, Megatron.
+    Standard,
+    /// Flax `DynamicScale`.
+    Flax,
+    /// DeepSpeed, hysteresis restored on growth only.
+    Deepspeed,
+    /// DeepSpeed with `consecutive_hysteresis`.
+    DeepspeedConsecutive,
+}
+
+impl From<RuleName> for UpdateRule {
+    fn from(rule: RuleName) -> Self {
+        match rule {
+            RuleName::Standard => UpdateRule::Standard,
+            RuleName::Flax => UpdateRule::Flax,
+            RuleName::Deepspeed => UpdateRule::DeepSpeed {
+                consecutive_hysteresis: false,
+            },
+            RuleName::DeepspeedConsecutive => UpdateRule::DeepSpeed {
+                consecutive_hysteresis: true,
+            },
+        }
+    }
+}
+
+/// A dynamic loss scale written as a table: a dynamic preset to start from (default
+/// `dynamic`) and any [`LossScaleConfig`] field to change.
+///
+/// ```toml
+/// [loss_scale]
+/// preset = "torch"
+/// growth_interval = 100
+/// ```
+///
+/// ```
+/// use burn_mpric_train::loss_scale::LossScaleTable;
+///
+/// let table: LossScaleTable = serde_json::from_str(r#"{"preset": "torch", "growth_interval": 100}"#).unwrap();
+/// let config = table.config().unwrap();
+/// assert_eq!((config.initial_scale, config.growth_interval), (65536.0, 100));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LossScaleTable {
+    /// The dynamic preset the other fields change (default `dynamic`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preset: Option<LossScalePreset>,
+    /// The scale of the first step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_scale: Option<f32>,
+    /// Consecutive finite steps before the scale grows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub growth_interval: Option<u32>,
+    /// Factor applied on growth (> 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub growth_factor: Option<f64>,
+    /// Factor applied on backoff (between 0 and 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff_factor: Option<f64>,
+    /// Lower bound of the scale.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_scale: Option<f32>,
+    /// Upper bound of the scale.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_scale: Option<f32>,
+    /// Overflows tolerated before backing off (1 turns hysteresis off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hysteresis: Option<u32>,
+    /// The growth rule: `standard`, `flax`, `deepspeed` or `deepspeed_consecutive`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<RuleName>,
+}
+
+impl LossScaleTable {
+    /// The configuration this table describes, validated; errors name the `loss_scale.*`
+    /// field.
+    ///
+    /// ```
+    /// use burn_mpric_train::loss_scale::LossScaleTable;
+    ///
+    /// let table = LossScaleTable { growth_factor: Some(0.5), ..Default::default() };
+    /// assert_eq!(table.config().unwrap_err().field, "loss_scale.growth_factor");
+    /// ```
+    pub fn config(&self) -> Result<LossScaleConfig, RecipeError> {
+        let preset = self.preset.unwrap_or(LossScalePreset::Dynamic);
+        let Some(mut config) = preset.dynamic_config() else {
+            return Err(RecipeError::new(
+                "loss_scale.preset",
+                format!(
+                    "a loss-scale table describes a dynamic scale, so its preset must be one of dynamic, torch, jmp, eformer, keras, flax, deepspeed, megatron; got `{preset}` (write `loss_scale = \"{preset}\"` instead)"
+                ),
+            ));
+        };
+        if let Some(v) = self.initial_scale {
+            config.initial_scale = v;
+        }
+        if let Some(v) = self.growth_interval {
+            config.growth_interval = v;
+        }
+        if let Some(v) = self.growth_factor {
+            config.growth_factor = v;
+        }
+        if let Some(v) = self.backoff_factor {
+            config.backoff_factor = v;
+        }
+        if let Some(v) = self.min_scale {
+            config.min_scale = v;
+        }
+        if self.max_scale.is_some() {
+            config.max_scale = self.max_scale;
+        }
+        if let Some(v) = self.hysteresis {
+            config.hysteresis = v;
+        }
+        if let Some(v) = self.rule {
+            config.rule = v.into();
+        }
+        config.validate().map_err(field_of)?;
+        Ok(config)
+    }
+}
+
+/// Attributes a loss-scale configuration error to its field.
+fn field_of(err: LossScaleError) -> RecipeError {
+    let field = match &err {
+        LossScaleError::InvalidScale { name, .. } => match *name {
+            "min scale" => "loss_scale.min_scale",
+            "max scale" => "loss_scale.max_scale",
+            _ => "loss_scale.initial_scale",
+        },
+        LossScaleError::InvalidGrowthFactor(_) => "loss_scale.growth_factor",
+        LossScaleError::InvalidBackoffFactor(_) => "loss_scale.backoff_factor",
+        LossScaleError::ZeroGrowthInterval => "loss_scale.growth_interval",
+        LossScaleError::ZeroHysteresis => "loss_scale.hysteresis",
+        LossScaleError::MinAboveMax { .. } => "loss_scale.min_scale",
+        LossScaleError::ScaleOutOfBounds { .. } => "loss_scale.initial_scale",
+        LossScaleError::InvalidClipNorm(_) => "clip_grad_norm",
+        _ => "loss_scale",
+    };
+    RecipeError::new(field, err.to_string())
+}
+
+/// The recipe's `loss_scale`: a preset name or a table.
+///
+/// ```
+/// use burn_mpric_train::loss_scale::{LossScalePreset, LossScaleSpec};
+///
+/// let spec: LossScaleSpec = serde_json::from_str("\"torch\"").unwrap();
+/// assert_eq!(spec, LossScaleSpec::Preset(LossScalePreset::Torch));
+/// let spec: LossScaleSpec = serde_json::from_str(r#"{"initial_scale": 8.0}"#).unwrap();
+/// assert!(matches!(spec, LossScaleSpec::Table(_)));
+/// assert!(serde_json::from_str::<LossScaleSpec>("3").is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub enum LossScaleSpec {
+    /// A preset name.
+    Preset(LossScalePreset),
+    /// A dynamic configuration written out.
+    Table(LossScaleTable),
+}
+
+impl Default for LossScaleSpec {
+    fn default() -> Self {
+        LossScaleSpec::Preset(LossScalePreset::Auto)
+    }
+}
+
+impl fmt::Display for LossScaleSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LossScaleSpec::Preset(preset) => write!(f, "{preset}"),
+            LossScaleSpec::Table(table) => {
+                write!(
+                    f,
+                    "{} with changes",
+                    table.preset.unwrap_or(LossScalePreset::Dynamic)
+                )
+            }
+        }
+    }
+}
+
+impl LossScaleSpec {
+    /// Validates the setting without building a scaler.
+    ///
+    /// ```
+    /// use burn_mpric_train::loss_scale::{LossScalePreset, LossScaleSpec};
+    ///
+    /// assert!(LossScaleSpec::Preset(LossScalePreset::Static(0.0)).validate().is_err());
+    /// ```
+    pub fn validate(&self) -> Result<(), RecipeError> {
+        match self {
+            LossScaleSpec::Preset(LossScalePreset::Static(scale)) => LossScaler::fixed(*scale)
+                .map(|_| ())
+                .map_err(|err| RecipeError::new("loss_scale", err.to_string())),
+            LossScaleSpec::Preset(_) => Ok(()),
+            LossScaleSpec::Table(table) => table.config().map(|_| ()),
+        }
+    }
+
+    /// The scaler for a run with `policy` (resolved against the device, so `half` is already
+    /// f16 or bf16) and optional global-norm clipping.
+    ///
+    /// ```
+    /// use burn_mpric::Policy;
+    /// use burn_mpric_train::loss_scale::{LossScalePreset, LossScaleSpec};
+    ///
+    /// let auto = LossScaleSpec::Preset(LossScalePreset::Auto);
+    /// let f16: Policy = "mixed_f16".parse().unwrap();
+    /// assert_eq!(auto.scaler(f16, None).unwrap().scale(), 32768.0);
+    /// assert_eq!(auto.scaler(Policy::F32, Some(1.0)).unwrap().scale(), 1.0);
+    /// ```
+    pub fn scaler(&self, policy: Policy, clip: Option<f32>) -> Result<LossScaler, RecipeError> {
+        let scaler = match self {
+            LossScaleSpec::Preset(LossScalePreset::Auto) => {
+                if matches!(
+                    policy.compute(),
+                    PolicyDType::Float(FloatDType::F16) | PolicyDType::Half
+                ) {
+                    LossScaler::dynamic(LossScaleConfig::new()).map_err(field_of)?
+                } else {
+                    LossScaler::noop()
+                }
+            }
+            LossScaleSpec::Preset(LossScalePreset::None) => LossScaler::noop(),
+            LossScaleSpec::Preset(LossScalePreset::Static(scale)) => LossScaler::fixed(*scale)
+                .map_err(|err| RecipeError::new("loss_scale", err.to_string()))?,
+            LossScaleSpec::Preset(preset) => {
+                let config = preset.dynamic_config().unwrap_or_default();
+                LossScaler::dynamic(config).map_err(field_of)?
+            }
+            LossScaleSpec::Table(table) => {
+                LossScaler::dynamic(table.config()?).map_err(field_of)?
+            }
+        };
+        match clip {
+            Some(norm) => scaler.with_clip_norm(norm).map_err(field_of),
+            None => Ok(scaler),
+        }
+    }
+}
+
+impl Serialize for LossScaleSpec {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            LossScaleSpec::Preset(preset) => preset.serialize(serializer),
+            LossScaleSpec::Table(table) => table.serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for LossScaleSpec {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct SpecVisitor;
+
+        impl<'de> Visitor<'de> for SpecVisitor {
+            type Value = LossScaleSpec;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(
+                    f,
+                    "a loss-scale preset name or a table; accepted: {ACCEPTED}"
+                )
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                v.parse().map(LossScaleSpec::Preset).map_err(E::custom)
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                LossScaleTable::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(LossScaleSpec::Table)
+            }
+        }
+
+        deserializer.deserialize_any(SpecVisitor)
+    }
+}

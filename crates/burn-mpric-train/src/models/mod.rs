@@ -1,0 +1,250 @@
+//! The built-in models, one enum over them, and their losses.
+
+pub mod conv;
+pub mod mlp;
+pub mod transformer;
+
+use std::sync::Mutex;
+
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::nn::loss::{CrossEntropyLossConfig, MseLoss, Reduction};
+use burn::tensor::backend::Backend;
+use burn::tensor::{FloatDType, Int, Tensor};
+
+use crate::data::{Batch, Dims, Inputs, Targets};
+use crate::error::Error;
+use crate::recipe::ModelConfig;
+use conv::ConvNet;
+use mlp::Mlp;
+use transformer::{LmSizes, TransformerLm};
+
+/// One of the built-in models.
+///
+/// ```
+/// use burn::backend::Flex;
+/// use burn::module::Module;
+/// use burn_mpric_train::data::Dims;
+/// use burn_mpric_train::models::Model;
+/// use burn_mpric_train::recipe::ModelConfig;
+///
+/// let config = ModelConfig::Mlp { hidden: vec![8] };
+/// let model = Model::<Flex>::init(&config, Dims { inputs: 4, outputs: 3 }, &Default::default());
+/// assert_eq!(model.num_params(), 4 * 8 + 8 + 8 * 3 + 3);
+/// ```
+#[derive(Module, Debug)]
+#[allow(clippy::large_enum_variant)]
+pub enum Model<B: Backend> {
+    /// [`Mlp`].
+    Mlp(Mlp<B>),
+    /// [`ConvNet`].
+    Conv(ConvNet<B>),
+    /// [`TransformerLm`].
+    TransformerLm(TransformerLm<B>),
+}
+
+/// The loss of a batch and, where it applies, the number of correct predictions.
+///
+/// ```
+/// # use burn::backend::Flex;
+/// # use burn_mpric_train::{Recipe, data::Dataset, models::Model};
+/// # let recipe = Recipe::example();
+/// # let config = recipe.model.resolve().unwrap();
+/// # let data = Dataset::load(&recipe.dataset, &config, 0).unwrap();
+/// # let device = Default::default();
+/// let model = Model::<Flex>::init(&config, data.dims(), &device);
+/// let out = model.forward(data.batch(true, &[0, 1, 2], &device)).unwrap();
+/// assert_eq!(out.loss.dims(), [1]);
+/// let correct: i64 = burn::tensor::ElementConversion::elem(out.correct.unwrap().into_scalar());
+/// assert!((0..=3).contains(&correct));
+/// ```
+#[derive(Debug)]
+pub struct Output<B: Backend> {
+    /// Mean loss over the batch, at f32, `[1]`.
+    pub loss: Tensor<B, 1>,
+    /// Correct predictions (classification and language modelling), `[1]`.
+    pub correct: Option<Tensor<B, 1, Int>>,
+}
+
+/// Model init reads Burn's backend RNG, which is global to the process: one init at a time.
+static INIT_LOCK: Mutex<()> = Mutex::new(());
+
+impl<B: Backend> Model<B> {
+    /// A freshly initialized model (Burn's initializers, the backend's current RNG).
+    ///
+    /// ```
+    /// # use burn::backend::Flex;
+    /// # use burn_mpric_train::{Recipe, data::Dataset, models::Model};
+    /// # let recipe = Recipe::example();
+    /// # let config = recipe.model.resolve().unwrap();
+    /// # let data = Dataset::load(&recipe.dataset, &config, 0).unwrap();
+    /// # let device = Default::default();
+    /// use burn::module::Module;
+    ///
+    /// let model = Model::<Flex>::init(&config, data.dims(), &device);
+    /// assert!(matches!(model, Model::Mlp(_)));
+    /// assert_eq!(model.num_params(), 4 * 64 + 64 + 64 * 3 + 3);
+    /// ```
+    pub fn init(config: &ModelConfig, dims: Dims, device: &B::Device) -> Self {
+        match config {
+            ModelConfig::Mlp { hidden } => {
+                Model::Mlp(Mlp::new(dims.inputs, hidden, dims.outputs, device))
+            }
+            ModelConfig::Conv {
+                channels,
+                kernel_size,
+                hidden,
+            } => Model::Conv(ConvNet::new(
+                dims.inputs,
+                channels,
+                *kernel_size,
+                hidden,
+                dims.outputs,
+                device,
+            )),
+            ModelConfig::TransformerLm {
+                d_model,
+                heads,
+                layers,
+                d_ff,
+                context,
+            } => Model::TransformerLm(TransformerLm::new(
+                LmSizes {
+                    vocab: dims.inputs,
+                    d_model: *d_model,
+                    heads: *heads,
+                    layers: *layers,
+                    d_ff: *d_ff,
+                    context: *context,
+                },
+                device,
+            )),
+        }
+    }
+
+    /// A model initialized from `seed`: the backend RNG is seeded and every parameter is
+    /// materialized while no other thread of this crate initializes a model, so the same
+    /// seed gives the same parameters.
+    ///
+    /// ```
+    /// use burn::backend::Flex;
+    /// use burn_mpric_train::data::Dims;
+    /// use burn_mpric_train::models::Model;
+    /// use burn_mpric_train::recipe::ModelConfig;
+    ///
+    /// let config = ModelConfig::Mlp { hidden: vec![4] };
+    /// let dims = Dims { inputs: 2, outputs: 1 };
+    /// let a = Model::<Flex>::init_seeded(&config, dims, 3, &Default::default());
+    /// let b = Model::<Flex>::init_seeded(&config, dims, 3, &Default::default());
+    /// assert_eq!(a.param_values(), b.param_values());
+    /// ```
+    pub fn init_seeded(config: &ModelConfig, dims: Dims, seed: u64, device: &B::Device) -> Self {
+        let _guard = INIT_LOCK
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        B::seed(device, seed);
+        let model = Self::init(config, dims, device);
+        model.visit(&mut Materialize);
+        model
+    }
+
+    /// Every float parameter as f32 values, in module order (for tests and inspection).
+    ///
+    /// ```
+    /// # use burn::backend::Flex;
+    /// # use burn_mpric_train::{Recipe, data::Dataset, models::Model};
+    /// # let recipe = Recipe::example();
+    /// # let config = recipe.model.resolve().unwrap();
+    /// # let data = Dataset::load(&recipe.dataset, &config, 0).unwrap();
+    /// # let device = Default::default();
+    /// let model = Model::<Flex>::init_seeded(&config, data.dims(), 0, &device);
+    /// let params = model.param_values();
+    /// assert_eq!(params.len(), 4);
+    /// assert!(params.iter().flatten().all(|v| v.is_finite()));
+    /// ```
+    pub fn param_values(&self) -> Vec<Vec<f32>> {
+        let mut collect = Collect(Vec::new());
+        self.visit(&mut collect);
+        collect.0
+    }
+
+    /// The batch's loss (and correct predictions). Logits are cast to f32 before the loss.
+    ///
+    /// ```
+    /// # use burn::backend::Flex;
+    /// # use burn_mpric_train::{Recipe, data::Dataset, models::Model};
+    /// # let recipe = Recipe::example();
+    /// # let config = recipe.model.resolve().unwrap();
+    /// # let data = Dataset::load(&recipe.dataset, &config, 0).unwrap();
+    /// # let device = Default::default();
+    /// use burn::tensor::DType;
+    ///
+    /// let model = Model::<Flex>::init(&config, data.dims(), &device);
+    /// let out = model.forward(data.batch(false, &[0, 1], &device)).unwrap();
+    /// assert_eq!(out.loss.dtype(), DType::F32);
+    /// assert!(out.loss.into_scalar() > 0.0);
+    /// ```
+    pub fn forward(&self, batch: Batch<B>) -> Result<Output<B>, Error> {
+        let mismatch = || Error::Internal("the model does not take this data's inputs".into());
+        match (self, batch.inputs, batch.targets) {
+            (Model::Mlp(m), Inputs::Features(x), targets) => tabular_loss(m.forward(x), targets),
+            (Model::Conv(m), Inputs::Features(x), targets) => tabular_loss(m.forward(x), targets),
+            (Model::TransformerLm(m), Inputs::Tokens(x), Targets::Tokens(y)) => {
+                let logits = m.forward(x);
+                let [n, t, v] = logits.dims();
+                Ok(classification(
+                    logits.reshape([n * t, v]),
+                    y.reshape([n * t]),
+                ))
+            }
+            _ => Err(mismatch()),
+        }
+    }
+}
+
+fn tabular_loss<B: Backend>(out: Tensor<B, 2>, targets: Targets<B>) -> Result<Output<B>, Error> {
+    match targets {
+        Targets::Classes(y) => Ok(classification(out, y)),
+        Targets::Values(y) => Ok(Output {
+            loss: MseLoss::new().forward(out.cast(FloatDType::F32), y, Reduction::Mean),
+            correct: None,
+        }),
+        Targets::Tokens(_) => Err(Error::Internal("a tabular model got token targets".into())),
+    }
+}
+
+fn classification<B: Backend>(logits: Tensor<B, 2>, targets: Tensor<B, 1, Int>) -> Output<B> {
+    let logits = logits.cast(FloatDType::F32);
+    let [n, _] = logits.dims();
+    let correct = logits
+        .clone()
+        .argmax(1)
+        .reshape([n])
+        .equal(targets.clone())
+        .int()
+        .sum();
+    let loss = CrossEntropyLossConfig::new()
+        .init(&logits.device())
+        .forward(logits, targets);
+    Output {
+        loss,
+        correct: Some(correct),
+    }
+}
+
+/// Reads every parameter once, which runs its (lazy) initializer.
+struct Materialize;
+
+impl<B: Backend> ModuleVisitor<B> for Materialize {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let _ = param.val();
+    }
+}
+
+struct Collect(Vec<Vec<f32>>);
+
+impl<B: Backend> ModuleVisitor<B> for Collect {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let data = param.val().cast(FloatDType::F32).into_data();
+        self.0.push(data.to_vec::<f32>().unwrap_or_default());
+    }
+}

@@ -1,0 +1,122 @@
+//! A small causal transformer language model over characters.
+
+use burn::module::Module;
+use burn::nn::attention::generate_autoregressive_mask;
+use burn::nn::transformer::{
+    TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput,
+};
+use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Int, Tensor};
+
+/// Sizes of a [`TransformerLm`].
+///
+/// ```
+/// use burn::backend::Flex;
+/// use burn::tensor::{Int, Tensor};
+/// use burn_mpric_train::models::transformer::{LmSizes, TransformerLm};
+///
+/// let sizes = LmSizes { vocab: 10, d_model: 8, heads: 2, layers: 1, d_ff: 16, context: 6 };
+/// assert_eq!(sizes.d_model % sizes.heads, 0);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LmSizes {
+    /// Vocabulary size.
+    pub vocab: usize,
+    /// Embedding width.
+    pub d_model: usize,
+    /// Attention heads.
+    pub heads: usize,
+    /// Blocks.
+    pub layers: usize,
+    /// Feed-forward width.
+    pub d_ff: usize,
+    /// Context length.
+    pub context: usize,
+}
+
+/// Token and learned position embeddings, pre-norm transformer blocks under a causal mask
+/// (no dropout, so a step depends only on the data and the parameters), a final layer norm
+/// and a linear head.
+///
+/// ```
+/// use burn::backend::Flex;
+/// use burn::tensor::{Int, Tensor};
+/// use burn_mpric_train::models::transformer::{LmSizes, TransformerLm};
+///
+/// let device = Default::default();
+/// let sizes = LmSizes { vocab: 10, d_model: 8, heads: 2, layers: 1, d_ff: 16, context: 6 };
+/// let lm = TransformerLm::<Flex>::new(sizes, &device);
+/// let logits = lm.forward(Tensor::<Flex, 2, Int>::zeros([3, 6], &device));
+/// assert_eq!(logits.dims(), [3, 6, 10]);
+/// ```
+#[derive(Module, Debug)]
+pub struct TransformerLm<B: Backend> {
+    token: Embedding<B>,
+    position: Embedding<B>,
+    encoder: TransformerEncoder<B>,
+    norm: LayerNorm<B>,
+    head: Linear<B>,
+}
+
+impl<B: Backend> TransformerLm<B> {
+    /// A model of `sizes`.
+    ///
+    /// ```
+    /// use burn::backend::Flex;
+    /// use burn::tensor::{Int, Tensor};
+    /// use burn_mpric_train::models::transformer::{LmSizes, TransformerLm};
+    ///
+    /// use burn::module::Module;
+    ///
+    /// let sizes = LmSizes { vocab: 10, d_model: 8, heads: 2, layers: 1, d_ff: 16, context: 6 };
+    /// assert!(TransformerLm::<Flex>::new(sizes, &Default::default()).num_params() > 500);
+    /// ```
+    pub fn new(sizes: LmSizes, device: &B::Device) -> Self {
+        Self {
+            token: EmbeddingConfig::new(sizes.vocab, sizes.d_model).init(device),
+            position: EmbeddingConfig::new(sizes.context, sizes.d_model).init(device),
+            encoder: TransformerEncoderConfig::new(
+                sizes.d_model,
+                sizes.d_ff,
+                sizes.heads,
+                sizes.layers,
+            )
+            .with_dropout(0.0)
+            .with_norm_first(true)
+            .init(device),
+            norm: LayerNormConfig::new(sizes.d_model).init(device),
+            head: LinearConfig::new(sizes.d_model, sizes.vocab).init(device),
+        }
+    }
+
+    /// Token ids `[batch, t]` (t ≤ context) to next-token logits `[batch, t, vocab]`.
+    ///
+    /// ```
+    /// use burn::backend::Flex;
+    /// use burn::tensor::{Int, Tensor};
+    /// use burn_mpric_train::models::transformer::{LmSizes, TransformerLm};
+    ///
+    /// let device = Default::default();
+    /// let sizes = LmSizes { vocab: 10, d_model: 8, heads: 2, layers: 1, d_ff: 16, context: 6 };
+    /// let lm = TransformerLm::<Flex>::new(sizes, &device);
+    /// // Shorter inputs than the context work too.
+    /// assert_eq!(lm.forward(Tensor::<Flex, 2, Int>::zeros([2, 4], &device)).dims(), [2, 4, 10]);
+    /// ```
+    pub fn forward(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
+        let [n, t] = tokens.dims();
+        let device = tokens.device();
+        let positions = self
+            .position
+            .weight
+            .val()
+            .narrow(0, 0, t)
+            .unsqueeze_dim::<3>(0);
+        let x = self.token.forward(tokens) + positions;
+        let mask = generate_autoregressive_mask::<B>(n, t, &device);
+        let x = self
+            .encoder
+            .forward(TransformerEncoderInput::new(x).mask_attn(mask));
+        self.head.forward(self.norm.forward(x))
+    }
+}

@@ -1,0 +1,219 @@
+//! A validated recipe with its data loaded: everything `mpric check` verifies and
+//! `mpric train` runs.
+
+use std::path::Path;
+
+use burn::module::Module;
+use burn::tensor::backend::Backend;
+use burn_mpric::Policy;
+use burn_mpric::scale::LossScaler;
+
+use crate::backend::{BackendTask, dispatch, mp_device};
+use crate::data::Dataset;
+use crate::error::{Error, RecipeError};
+use crate::models::Model;
+use crate::recipe::{BackendName, ModelConfig, OptimizerConfig, Recipe};
+
+/// A recipe that passed every check that needs no backend, with its dataset loaded.
+///
+/// ```
+/// use burn_mpric_train::{Plan, Recipe};
+///
+/// let plan = Plan::new(Recipe::example(), "example")?;
+/// assert_eq!(plan.total_steps, 20);
+/// assert_eq!(plan.check_backend()?.to_string(), "p=f32,c=f32,o=f32");
+/// # Ok::<(), burn_mpric_train::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The recipe (after overrides).
+    pub recipe: Recipe,
+    /// How errors name the recipe (its path).
+    pub label: String,
+    /// The model with its sizes decided.
+    pub model: ModelConfig,
+    /// The optimizer with its settings decided.
+    pub optimizer: OptimizerConfig,
+    /// The data.
+    pub data: Dataset,
+    /// Steps per epoch at the recipe's batch size.
+    pub steps_per_epoch: u64,
+    /// Steps of the whole run.
+    pub total_steps: u64,
+}
+
+impl Plan {
+    /// Reads a recipe file, applies `key=value` overrides, validates it and loads its data.
+    ///
+    /// ```
+    /// use burn_mpric_train::{Plan, Recipe};
+    ///
+    /// let dir = std::env::temp_dir().join(format!("mpric-doc-plan-{}", std::process::id()));
+    /// std::fs::create_dir_all(&dir).unwrap();
+    /// let path = dir.join("r.json");
+    /// std::fs::write(&path, serde_json::to_string(&Recipe::example()).unwrap()).unwrap();
+    /// let plan = Plan::load(&path, &["steps=7".to_string()])?;
+    /// assert_eq!(plan.total_steps, 7);
+    /// assert!(Plan::load(&path, &["steps=0".to_string()]).is_err());
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok::<(), burn_mpric_train::Error>(())
+    /// ```
+    pub fn load(path: &Path, overrides: &[String]) -> Result<Self, Error> {
+        let recipe = Recipe::from_file(path, overrides)?;
+        Self::new(recipe, &path.display().to_string())
+    }
+
+    /// Validates a recipe and loads its data; `label` names the recipe in errors.
+    ///
+    /// ```
+    /// use burn_mpric_train::{Plan, Recipe};
+    ///
+    /// let mut recipe = Recipe::example();
+    /// recipe.batch_size = 500; // iris has 120 training examples
+    /// let err = Plan::new(recipe, "mine.toml").unwrap_err();
+    /// assert!(err.to_string().starts_with("mine.toml: batch_size: must be at most"));
+    /// ```
+    pub fn new(recipe: Recipe, label: &str) -> Result<Self, Error> {
+        let in_file = |err: RecipeError| err.in_file(label);
+        recipe.validate().map_err(in_file)?;
+        let model = recipe.model.resolve().map_err(in_file)?;
+        let optimizer = recipe.optimizer.resolve().map_err(in_file)?;
+        let data = Dataset::load(&recipe.dataset, &model, recipe.seed).map_err(in_file)?;
+        data.check_batch_size(recipe.batch_size).map_err(in_file)?;
+        let steps_per_epoch = data.steps_per_epoch(recipe.batch_size);
+        let total_steps = recipe.total_steps(steps_per_epoch);
+        if recipe.schedule.warmup_steps >= total_steps {
+            return Err(RecipeError::new(
+                "schedule.warmup_steps",
+                format!(
+                    "must be less than the run's {total_steps} steps, got {}",
+                    recipe.schedule.warmup_steps
+                ),
+            )
+            .in_file(label));
+        }
+        Ok(Self {
+            recipe,
+            label: label.to_string(),
+            model,
+            optimizer,
+            data,
+            steps_per_epoch,
+            total_steps,
+        })
+    }
+
+    /// Starts the recipe's backend device with its policy and returns the policy as the
+    /// device resolves it (`half` becomes f16 or bf16); a policy the backend cannot run is a
+    /// recipe error on the `policy` field. Also checks the loss scale for that policy.
+    ///
+    /// ```
+    /// use burn_mpric_train::{Plan, Recipe};
+    ///
+    /// let mut recipe = Recipe::example();
+    /// recipe.policy = "p=f32,c=half,o=f32".parse().unwrap();
+    /// let plan = Plan::new(recipe.clone(), "r.toml")?;
+    /// assert_eq!(plan.check_backend()?.to_string(), "p=f32,c=bf16,o=f32"); // Flex runs bf16
+    /// recipe.backend.name = burn_mpric_train::recipe::BackendName::NdArray;
+    /// let err = Plan::new(recipe, "r.toml")?.check_backend().unwrap_err();
+    /// assert!(err.to_string().starts_with("r.toml: policy: "), "{err}");
+    /// # Ok::<(), burn_mpric_train::Error>(())
+    /// ```
+    pub fn check_backend(&self) -> Result<Policy, Error> {
+        struct Check(Policy);
+        impl BackendTask for Check {
+            type Output = Result<Policy, RecipeError>;
+            fn run<B: Backend>(self, device: B::Device, backend: BackendName) -> Self::Output {
+                mp_device::<B>(device, self.0, backend).map(|d| d.policy())
+            }
+        }
+        let in_file = |err: RecipeError| err.in_file(&self.label);
+        let policy = dispatch(&self.recipe.backend, Check(self.recipe.policy))
+            .and_then(|r| r)
+            .map_err(in_file)?;
+        self.scaler(policy).map_err(in_file)?;
+        Ok(policy)
+    }
+
+    /// The loss scaler of a fresh run under the resolved `policy`.
+    ///
+    /// ```
+    /// use burn_mpric_train::{Plan, Recipe};
+    ///
+    /// let plan = Plan::new(Recipe::example(), "r.toml")?;
+    /// assert_eq!(plan.scaler("mixed_f16".parse().unwrap())?.scale(), 32768.0); // auto
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn scaler(&self, policy: Policy) -> Result<LossScaler, RecipeError> {
+        self.recipe
+            .loss_scale
+            .scaler(policy, self.recipe.clip_grad_norm)
+    }
+
+    /// Parameters of the model.
+    ///
+    /// ```
+    /// use burn_mpric_train::{Plan, Recipe};
+    ///
+    /// assert_eq!(Plan::new(Recipe::example(), "r")?.num_params(), 4 * 64 + 64 + 64 * 3 + 3);
+    /// # Ok::<(), burn_mpric_train::Error>(())
+    /// ```
+    pub fn num_params(&self) -> usize {
+        Model::<burn::backend::Flex>::init(&self.model, self.data.dims(), &Default::default())
+            .num_params()
+    }
+
+    /// What the run will do, one line per item (for `mpric check`).
+    ///
+    /// ```
+    /// use burn_mpric_train::{Plan, Recipe};
+    ///
+    /// let plan = Plan::new(Recipe::example(), "r")?;
+    /// let lines = plan.describe(plan.check_backend()?);
+    /// assert!(lines[0].starts_with("model:      mlp"));
+    /// # Ok::<(), burn_mpric_train::Error>(())
+    /// ```
+    pub fn describe(&self, policy: Policy) -> Vec<String> {
+        let r = &self.recipe;
+        let scaler = self
+            .scaler(policy)
+            .map(|s| format!("{} (initial scale {})", r.loss_scale, s.scale()))
+            .unwrap_or_else(|e| e.to_string());
+        vec![
+            format!(
+                "model:      {} ({} parameters)",
+                self.model,
+                self.num_params()
+            ),
+            format!("dataset:    {}", self.data.describe()),
+            format!(
+                "backend:    {} device {}, policy {policy}",
+                r.backend.name, r.backend.device
+            ),
+            format!(
+                "loss scale: {scaler}{}",
+                r.clip_grad_norm
+                    .map(|n| format!(", gradients clipped to norm {n}"))
+                    .unwrap_or_default()
+            ),
+            format!(
+                "optimizer:  {} lr {} ({} schedule, {} warmup steps)",
+                r.optimizer.kind,
+                r.optimizer.lr,
+                format!("{:?}", r.schedule.kind).to_lowercase(),
+                r.schedule.warmup_steps
+            ),
+            format!(
+                "steps:      {} (batch {}, {} steps per epoch), seed {}",
+                self.total_steps, r.batch_size, self.steps_per_epoch, r.seed
+            ),
+            format!(
+                "output:     {} (checkpoint {})",
+                r.output.display(),
+                r.checkpoint_every
+                    .map(|n| format!("every {n} steps and at the end"))
+                    .unwrap_or_else(|| "at the end".into())
+            ),
+        ]
+    }
+}
