@@ -118,8 +118,8 @@ fn train<B: Backend>(name: &str, device: MpDevice<B>, scaler: LossScaler) {
     );
     SupervisedTraining::new(&dir, train, valid)
         .metric_train_numeric(LossMetric::new())
-        .metric_train_numeric(LossScaleMetric::new(handle.clone()))
-        .metric_train_numeric(SkippedStepsMetric::new(handle.clone()))
+        .metric_train_numeric(LossScaleMetric::new())
+        .metric_train_numeric(SkippedStepsMetric::new())
         .metric_valid_numeric(AccuracyMetric::new())
         .num_epochs(3)
         .launch(learner);

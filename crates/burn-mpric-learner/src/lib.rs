@@ -3,9 +3,21 @@
 //! Wrap a model in [`Scaled`] and the `Learner` trains it with loss scaling: the loss is
 //! multiplied by the scale before backward ([`TrainStep::step`](burn::train::TrainStep)),
 //! and the optimizer step unscales every gradient (cast to its parameter's dtype), skips the
-//! update when any gradient is not finite, and updates the scale. The scaler lives in a
-//! [`ScalerHandle`] shared by the model's clones; [`LossScaleMetric`] and
-//! [`SkippedStepsMetric`] show it in burn-train's logs and dashboard.
+//! update when any gradient is not finite, and updates the scale. Every way burn-train applies
+//! gradients goes through the scaler: `TrainStep::optimize` (one device, and
+//! `MultiDeviceOptim::OptimMainDevice`) and `TrainStep::optimize_multi`
+//! (`MultiDeviceOptim::OptimSharded`, where a non-finite gradient on any device skips the
+//! step on all of them).
+//!
+//! The scaler lives in a [`ScalerHandle`] shared by the model's clones. Each step's outcome
+//! travels with that step's output item ([`ScaledItem`], holding a [`ScaleRecord`]), and
+//! [`LossScaleMetric`] and [`SkippedStepsMetric`] read only that record, so the per-step
+//! logs describe their own step even when burn-train's metric processor runs behind the
+//! training loop:
+//!
+//! - `Loss Scale` logs the scale the step's loss was multiplied by (the scale *used*, as
+//!   PyTorch's `scaler.get_scale()` reads before `scaler.update()`);
+//! - `Skipped Steps` logs the number of skipped steps so far, the logged step included.
 //!
 //! **Learning-rate schedule on a skipped step:** burn-train advances its scheduler once per
 //! iteration, before the optimizer step, so a skipped step still consumes one step of the
@@ -17,8 +29,15 @@
 
 mod handle;
 mod metrics;
+mod record;
 mod step;
 
 pub use handle::ScalerHandle;
 pub use metrics::{LossScaleMetric, SkippedStepsMetric};
+pub use record::{ScaleRecord, ScaledItem, ScaledOutput};
 pub use step::{LossStep, Scaled};
+
+#[doc(hidden)]
+pub mod __private {
+    pub use burn::train::metric::Adaptor;
+}

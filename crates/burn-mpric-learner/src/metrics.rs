@@ -1,4 +1,5 @@
-//! burn-train metrics that show the loss scale and the skipped steps.
+//! burn-train metrics that show the loss scale and the skipped steps, each read from the
+//! [`ScaleRecord`] its own step's item carries (never from the shared scaler).
 
 use std::sync::Arc;
 
@@ -8,34 +9,37 @@ use burn::train::metric::{
     SerializedEntry,
 };
 
-use crate::ScalerHandle;
+use crate::ScaleRecord;
 
-macro_rules! scaler_metric {
-    ($(#[$doc:meta])* $name:ident, $label:literal, $precision:literal, |$handle:ident| $value:expr) => {
+macro_rules! record_metric {
+    ($(#[$doc:meta])* $name:ident, $label:literal, $precision:literal, |$record:ident| $value:expr) => {
         $(#[$doc])*
         #[derive(Clone)]
         pub struct $name {
-            handle: ScalerHandle,
             name: MetricName,
             state: NumericMetricState,
         }
 
         impl $name {
-            /// A metric reading `handle`.
-            pub fn new(handle: ScalerHandle) -> Self {
+            /// The metric; register it with `metric_train_numeric`.
+            pub fn new() -> Self {
                 Self {
-                    handle,
                     name: Arc::new($label.to_string()),
                     state: NumericMetricState::new(),
                 }
             }
         }
 
-        impl Metric for $name {
-            type Input = ();
+        impl Default for $name {
+            fn default() -> Self {
+                Self::new()
+            }
+        }
 
-            fn update(&mut self, _: &(), _: &MetricMetadata) -> SerializedEntry {
-                let $handle = &self.handle;
+        impl Metric for $name {
+            type Input = ScaleRecord;
+
+            fn update(&mut self, $record: &ScaleRecord, _: &MetricMetadata) -> SerializedEntry {
                 let value: f64 = $value;
                 self.state
                     .update(value, 1, FormatOptions::new(self.name()).precision($precision))
@@ -70,34 +74,35 @@ macro_rules! scaler_metric {
     };
 }
 
-scaler_metric!(
-    /// The loss scale after each step.
+record_metric!(
+    /// The scale each step's loss was multiplied by: the scale *used* by the step, as
+    /// PyTorch's `scaler.get_scale()` reads it before `scaler.update()`. A step that
+    /// overflows logs the scale it overflowed at; the backed-off scale shows from the next
+    /// step on.
     ///
     /// ```
     /// use burn::train::metric::Metric;
-    /// use burn_mpric_learner::{LossScaleMetric, ScalerHandle};
+    /// use burn_mpric_learner::LossScaleMetric;
     ///
-    /// let metric = LossScaleMetric::new(ScalerHandle::default());
-    /// assert_eq!(metric.name().as_str(), "Loss Scale");
+    /// assert_eq!(LossScaleMetric::new().name().as_str(), "Loss Scale");
     /// ```
     LossScaleMetric,
     "Loss Scale",
     1,
-    |handle| f64::from(handle.scale())
+    |record| f64::from(record.scale_used)
 );
 
-scaler_metric!(
-    /// The number of skipped (non-finite) steps so far.
+record_metric!(
+    /// The number of skipped (non-finite) steps so far, the logged step included.
     ///
     /// ```
     /// use burn::train::metric::Metric;
-    /// use burn_mpric_learner::{ScalerHandle, SkippedStepsMetric};
+    /// use burn_mpric_learner::SkippedStepsMetric;
     ///
-    /// let metric = SkippedStepsMetric::new(ScalerHandle::default());
-    /// assert_eq!(metric.name().as_str(), "Skipped Steps");
+    /// assert_eq!(SkippedStepsMetric::new().name().as_str(), "Skipped Steps");
     /// ```
     SkippedStepsMetric,
     "Skipped Steps",
     0,
-    |handle| handle.stats().skipped as f64
+    |record| record.skipped_total() as f64
 );

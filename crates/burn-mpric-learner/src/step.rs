@@ -2,12 +2,12 @@
 //! unscales, skips and updates the scale.
 
 use burn::module::{AutodiffModule, Module, ModuleDisplay};
-use burn::optim::{GradientsParams, Optimizer};
+use burn::optim::{GradientsParams, MultiGradientsParams, Optimizer};
 use burn::tensor::Tensor;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::train::{InferenceStep, ItemLazy, TrainOutput, TrainStep};
 
-use crate::ScalerHandle;
+use crate::{ScaledOutput, ScalerHandle};
 
 /// The forward half of a training step: the (unscaled) loss and the item burn-train's
 /// metrics read. Implement it instead of `TrainStep` and wrap the model in [`Scaled`].
@@ -92,14 +92,16 @@ where
     M::InnerModule: ModuleDisplay,
 {
     type Input = M::Input;
-    type Output = M::Output;
+    type Output = ScaledOutput<M::Output>;
 
     fn step(&self, item: Self::Input) -> TrainOutput<Self::Output> {
         let (loss, output) = self.model.loss_step(item);
-        let scaled = self.scaler.lock().scale_loss(loss);
-        TrainOutput::new(self, scaled.backward(), output)
+        let (scaled, slot) = self.scaler.scale_loss(loss);
+        TrainOutput::new(self, scaled.backward(), ScaledOutput::new(output, slot))
     }
 
+    /// Single-device training and `MultiDeviceOptim::OptimMainDevice`: the gradients of all
+    /// devices, summed on the main device.
     fn optimize<B2, O>(self, optim: &mut O, lr: f64, grads: GradientsParams) -> Self
     where
         B2: AutodiffBackend,
@@ -107,13 +109,18 @@ where
         Self: AutodiffModule<B2>,
     {
         let handle = self.scaler.clone();
-        let mut scaler = handle.lock();
-        let (module, outcome) = scaler.step::<B2, Self, O>(optim, lr, self, grads);
-        if let Err(err) = outcome {
-            // The device could not be read: nothing was applied and the scale is unchanged.
-            log::warn!("loss-scaled step not applied: {err}");
-        }
-        module
+        handle.optimizer_step(|scaler| scaler.step::<B2, Self, O>(optim, lr, self, grads))
+    }
+
+    /// `MultiDeviceOptim::OptimSharded`: one gradient shard per device, one decision for all.
+    fn optimize_multi<B2, O>(self, optim: &mut O, lr: f64, grads: MultiGradientsParams) -> Self
+    where
+        B2: AutodiffBackend,
+        O: Optimizer<Self, B2>,
+        Self: AutodiffModule<B2>,
+    {
+        let handle = self.scaler.clone();
+        handle.optimizer_step(|scaler| scaler.step_multi::<B2, Self, O>(optim, lr, self, grads))
     }
 }
 

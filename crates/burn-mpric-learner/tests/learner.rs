@@ -1,166 +1,198 @@
-//! A burn-train `Learner` run on `Autodiff<MixedPrecision<Flex>>` at f16 with dynamic loss
-//! scaling and a poisoned batch: the step is skipped, the scale backs off, the metrics show
-//! it, and training still converges.
+//! burn-train's `Learner` over `Scaled<Classifier>` on `Autodiff<MixedPrecision<Flex>>` at f16
+//! with dynamic loss scaling and a poisoned batch: every training path skips the step and
+//! backs off, and every per-step metric describes its own step.
 
-use burn::backend::{Autodiff, Flex};
-use burn::data::dataloader::{DataLoaderBuilder, batcher::Batcher};
-use burn::data::dataset::InMemDataset;
-use burn::module::Module;
-use burn::nn::loss::CrossEntropyLossConfig;
-use burn::nn::{Linear, LinearConfig};
-use burn::optim::AdamConfig;
-use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Int, Tensor, TensorData};
-use burn::train::metric::{AccuracyMetric, LossMetric};
-use burn::train::{ClassificationOutput, InferenceStep, Learner, SupervisedTraining};
-use burn_mpric::scale::{LossScaleConfig, LossScaler};
-use burn_mpric::{MixedPrecision, Policy};
-use burn_mpric_learner::{LossScaleMetric, LossStep, Scaled, ScalerHandle, SkippedStepsMetric};
+mod common;
 
-type Mp = MixedPrecision<Flex>;
-type Ad = Autodiff<Mp>;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-#[derive(Module, Debug)]
-struct Classifier<B: Backend> {
-    l1: Linear<B>,
-    l2: Linear<B>,
-}
+use burn::data::dataloader::batcher::Batcher;
+use burn::tensor::{Int, Tensor};
+use burn::train::MultiDeviceOptim;
+use burn::train::metric::{Metric, MetricMetadata, MetricName, SerializedEntry};
+use burn_mpric_learner::ScalerHandle;
 
-impl<B: Backend> Classifier<B> {
-    fn classify(&self, x: Tensor<B, 2>, y: Tensor<B, 1, Int>) -> ClassificationOutput<B> {
-        let logits = self
-            .l2
-            .forward(burn::tensor::activation::relu(self.l1.forward(x)));
-        let loss = CrossEntropyLossConfig::new()
-            .init(&logits.device())
-            .forward(logits.clone(), y.clone());
-        ClassificationOutput::new(loss, logits, y)
-    }
-}
+use common::*;
 
-impl<B: AutodiffBackend> LossStep<B> for Classifier<B> {
-    type Input = (Tensor<B, 2>, Tensor<B, 1, Int>);
-    type Output = ClassificationOutput<B>;
-
-    fn loss_step(&self, (x, y): Self::Input) -> (Tensor<B, 1>, Self::Output) {
-        let out = self.classify(x, y);
-        (out.loss.clone(), out)
-    }
-}
-
-impl<B: Backend> InferenceStep for Classifier<B> {
-    type Input = (Tensor<B, 2>, Tensor<B, 1, Int>);
-    type Output = ClassificationOutput<B>;
-
-    fn step(&self, (x, y): Self::Input) -> Self::Output {
-        self.classify(x, y)
-    }
-}
-
-#[derive(Clone, Debug)]
-struct Sample {
-    x: [f32; 4],
-    y: i64,
-}
-
+/// Holds the metric processor on each item until the training loop has run two more steps:
+/// as far ahead as burn-train's one-item event queue lets it run within an epoch. It waits on
+/// the scaler's step counter, not on time; the deadline only turns a hang into a failure.
 #[derive(Clone)]
-struct SampleBatcher;
+struct Lagging {
+    handle: ScalerHandle,
+    steps_per_epoch: usize,
+    seen: usize,
+    lags: Arc<Mutex<Vec<u64>>>,
+}
 
-impl<B: Backend> Batcher<B, Sample, (Tensor<B, 2>, Tensor<B, 1, Int>)> for SampleBatcher {
-    fn batch(&self, items: Vec<Sample>, device: &B::Device) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
-        let n = items.len();
-        let x: Vec<f32> = items.iter().flat_map(|s| s.x).collect();
-        let y: Vec<i64> = items.iter().map(|s| s.y).collect();
-        (
-            Tensor::from_data(TensorData::new(x, [n, 4]), device),
-            Tensor::from_data(TensorData::new(y, [n]), device),
-        )
+impl Metric for Lagging {
+    type Input = ();
+
+    fn update(&mut self, _: &(), _: &MetricMetadata) -> SerializedEntry {
+        self.seen += 1;
+        let (epoch, index) = (
+            (self.seen - 1) / self.steps_per_epoch,
+            (self.seen - 1) % self.steps_per_epoch + 1,
+        );
+        let target = (epoch * self.steps_per_epoch + (index + 2).min(self.steps_per_epoch)) as u64;
+        let deadline = Instant::now() + Duration::from_secs(300);
+        while self.handle.stats().steps < target {
+            assert!(Instant::now() < deadline, "step {target} never ran");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let lag = self.handle.stats().steps - self.seen as u64;
+        self.lags.lock().unwrap().push(lag);
+        SerializedEntry::new(lag.to_string(), lag.to_string())
+    }
+
+    fn clear(&mut self) {}
+
+    fn name(&self) -> MetricName {
+        Arc::new("Lag".to_string())
     }
 }
 
-/// Three well-separated classes; with `poison`, one sample's feature is +inf.
-fn samples(poison: bool) -> Vec<Sample> {
-    let mut out = Vec::new();
-    for i in 0..96 {
-        let class = i % 3;
-        let jitter = ((i * 37) % 11) as f32 / 11.0 - 0.5;
-        let mut x = [jitter * 0.3; 4];
-        x[class] += 2.0;
-        x[3] = jitter;
-        out.push(Sample { x, y: class as i64 });
-    }
-    if poison {
-        out[40].x[0] = f32::INFINITY;
-    }
-    out
+fn all_logs(run: &Trained, epochs: usize, metric: &str) -> Vec<f64> {
+    (1..=epochs).flat_map(|e| run.log(e, metric)).collect()
 }
 
 #[test]
-fn a_poisoned_batch_is_skipped_the_scale_backs_off_and_training_converges() {
-    let device = Mp::device(Default::default(), "mixed_f16".parse::<Policy>().unwrap()).unwrap();
-    let handle = ScalerHandle::new(
-        LossScaler::dynamic(LossScaleConfig::torch().with_initial_scale(1024.0)).unwrap(),
-    );
-    <Ad as Backend>::seed(&device, 3);
-    let model = Classifier::<Ad> {
-        l1: LinearConfig::new(4, 16).init(&device),
-        l2: LinearConfig::new(16, 3).init(&device),
-    };
-    let train = DataLoaderBuilder::new(SampleBatcher)
-        .batch_size(16)
-        .set_device(device.clone())
-        .build(InMemDataset::new(samples(true)));
-    let valid = DataLoaderBuilder::new(SampleBatcher)
-        .batch_size(32)
-        .set_device(device.clone())
-        .build(InMemDataset::new(samples(false)));
+fn per_step_logs_equal_the_scalers_decisions_when_metrics_run_behind() {
+    const EPOCHS: usize = 4;
+    let steps_per_epoch = SAMPLES / BATCH;
+    let lags = Arc::new(Mutex::new(Vec::new()));
+    let run = train_lagging(EPOCHS, steps_per_epoch, lags.clone());
 
-    let dir = std::env::temp_dir().join(format!("mpric-learner-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let learner = Learner::new(
-        Scaled::new(model, handle.clone()),
-        AdamConfig::new().init(),
-        5e-2,
-    );
-    let result = SupervisedTraining::new(&dir, train, valid)
-        .metric_train_numeric(LossScaleMetric::new(handle.clone()))
-        .metric_train_numeric(SkippedStepsMetric::new(handle.clone()))
-        .metric_train_numeric(LossMetric::new())
-        .metric_valid_numeric(AccuracyMetric::new())
-        .num_epochs(4)
-        .launch(learner);
+    // Steps 2, 8, 14, 20 hold the poisoned batch: skipped, and the scale halves after each.
+    let poisoned = POISONED_SAMPLE / BATCH;
+    let skipped: Vec<usize> = (0..EPOCHS)
+        .map(|e| e * steps_per_epoch + poisoned)
+        .collect();
+    let expected = expected_trace(1024.0, EPOCHS * steps_per_epoch, &skipped);
+    let stats = run.handle.stats();
+    assert_eq!((stats.steps, stats.skipped), (24, 4));
+    assert_eq!(run.handle.scale(), 64.0);
 
-    // 6 batches per epoch, the third one poisoned: one skip per epoch, each a back-off.
-    let stats = handle.stats();
-    assert_eq!(stats.steps, 24);
-    assert_eq!(stats.skipped, 4);
-    assert!(
-        handle.scale() < 1024.0,
-        "the scale backed off: {}",
-        handle.scale()
-    );
+    let scales = all_logs(&run, EPOCHS, "Loss_Scale");
+    let skips = all_logs(&run, EPOCHS, "Skipped_Steps");
+    let logged: Vec<(f64, f64)> = scales.into_iter().zip(skips).collect();
+    assert_eq!(logged, expected);
 
-    // The metric logs (one `value,count` line per step) show the back-off and the skips.
-    let log = |file: &str| -> Vec<f64> {
-        std::fs::read_to_string(dir.join(file))
-            .unwrap_or_else(|e| panic!("{file}: {e}"))
-            .lines()
-            .map(|line| line.split(',').next().unwrap().parse().unwrap())
-            .collect()
-    };
-    assert_eq!(
-        log("train/epoch-1/Loss_Scale.log")[..3],
-        [1024.0, 1024.0, 512.0]
-    );
-    assert_eq!(log("train/epoch-1/Skipped_Steps.log")[..3], [0.0, 0.0, 1.0]);
-    assert_eq!(log("train/epoch-4/Skipped_Steps.log").last(), Some(&4.0));
+    // The metrics really ran behind: items were read two steps after their own.
+    let lags = lags.lock().unwrap();
+    assert_eq!(lags.len(), EPOCHS * steps_per_epoch);
+    assert_eq!(lags.iter().max(), Some(&2), "lags: {lags:?}");
 
     // Training still converges: the model classifies the clean data.
-    let model = result.model.into_inner();
+    let device = device();
     let (x, y): (Tensor<Mp, 2>, Tensor<Mp, 1, Int>) = SampleBatcher.batch(samples(false), &device);
-    let out = model.classify(x, y.clone());
-    let predicted = out.output.argmax(1).reshape([96]);
+    let out = run.model.classify(x, y.clone());
+    let predicted = out.output.argmax(1).reshape([SAMPLES]);
     let correct: i64 = predicted.equal(y).int().sum().into_scalar().into();
     assert!(correct >= 90, "accuracy {correct}/96");
-    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `train` with the lagging metric reading the run's own scaler handle.
+fn train_lagging(epochs: usize, steps_per_epoch: usize, lags: Arc<Mutex<Vec<u64>>>) -> Trained {
+    train_with(
+        Run {
+            name: "lagging",
+            data: samples(true),
+            epochs,
+            multi: None,
+        },
+        |handle| {
+            Some(Lagging {
+                handle: handle.clone(),
+                steps_per_epoch,
+                seen: 0,
+                lags,
+            })
+        },
+    )
+}
+
+/// The samples minus the ones that share an iteration with the poisoned sample under two
+/// devices (burn-train gives each device a contiguous half of the data).
+fn without_poisoned_iteration() -> Vec<Sample> {
+    let half = SAMPLES / 2;
+    let first = POISONED_SAMPLE / BATCH * BATCH;
+    samples(false)
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| {
+            let offset = i % half;
+            !(first..first + BATCH).contains(&offset)
+        })
+        .map(|(_, s)| s)
+        .collect()
+}
+
+#[test]
+fn every_multi_device_mode_skips_a_poisoned_step_like_a_run_without_it() {
+    const EPOCHS: usize = 2;
+    let mut traces = Vec::new();
+    for (mode, name) in [
+        (MultiDeviceOptim::OptimMainDevice, "main"),
+        (MultiDeviceOptim::OptimSharded, "sharded"),
+    ] {
+        let poisoned = train(
+            Run {
+                name: if name == "main" {
+                    "main-poisoned"
+                } else {
+                    "sharded-poisoned"
+                },
+                data: samples(true),
+                epochs: EPOCHS,
+                multi: Some(mode),
+            },
+            None::<Lagging>,
+        );
+        let clean = train(
+            Run {
+                name: if name == "main" {
+                    "main-clean"
+                } else {
+                    "sharded-clean"
+                },
+                data: without_poisoned_iteration(),
+                epochs: EPOCHS,
+                multi: Some(mode),
+            },
+            None::<Lagging>,
+        );
+
+        // Three iterations per epoch, the third one poisoned on one device: skipped on both.
+        let stats = poisoned.handle.stats();
+        assert_eq!((stats.steps, stats.skipped), (6, 2), "{name}");
+        assert_eq!(poisoned.handle.scale(), 256.0, "{name}");
+        assert_eq!(clean.handle.stats().skipped, 0, "{name}");
+        for data in poisoned.model.param_data() {
+            let values = data.to_vec::<f32>().unwrap();
+            assert!(
+                values.iter().all(|v| v.is_finite()),
+                "{name}: NaN in params"
+            );
+        }
+        // Params (and through every later Adam step, the optimizer state) are bit-identical
+        // to a run that never saw the poisoned iteration.
+        assert_eq!(
+            poisoned.model.param_data(),
+            clean.model.param_data(),
+            "{name}"
+        );
+
+        // One item per device per iteration, each logging its own step's scale and skips.
+        let per_step = expected_trace(1024.0, 6, &[2, 5]);
+        let expected: Vec<(f64, f64)> = per_step.iter().flat_map(|s| [*s, *s]).collect();
+        let scales = all_logs(&poisoned, EPOCHS, "Loss_Scale");
+        let skips = all_logs(&poisoned, EPOCHS, "Skipped_Steps");
+        let logged: Vec<(f64, f64)> = scales.into_iter().zip(skips).collect();
+        assert_eq!(logged, expected, "{name}");
+        traces.push((stats, poisoned.handle.scale(), logged));
+    }
+    // The same decisions whichever mode runs.
+    assert_eq!(traces[0], traces[1]);
 }

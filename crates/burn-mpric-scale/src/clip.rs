@@ -38,8 +38,19 @@ pub fn global_grad_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: &M,
     grads: &GradientsParams,
 ) -> Option<Tensor<B::InnerBackend, 1>> {
+    global_grad_norm_of_sum::<B, M>(module, &[grads])
+}
+
+/// The L2 norm of the gradients of `module` summed over `shards` (gradients of one step held on
+/// several devices, as in burn-train's sharded multi-device optimization). Each parameter's
+/// gradients are added on the device of its first shard before squaring, so the norm is the one
+/// the optimizer's summed gradient has. The result lives on the device of the first gradient.
+pub(crate) fn global_grad_norm_of_sum<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+    shards: &[&GradientsParams],
+) -> Option<Tensor<B::InnerBackend, 1>> {
     let mut visitor = NormVisitor::<B> {
-        grads,
+        shards,
         sum: None,
         seen: HashSet::new(),
     };
@@ -185,7 +196,7 @@ impl GlobalNormClip {
 }
 
 struct NormVisitor<'a, B: AutodiffBackend> {
-    grads: &'a GradientsParams,
+    shards: &'a [&'a GradientsParams],
     sum: Option<Tensor<B::InnerBackend, 1>>,
     seen: HashSet<ParamId>,
 }
@@ -195,12 +206,24 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for NormVisitor<'_, B> {
         if !self.seen.insert(param.id) {
             return;
         }
-        let Some(grad) = self.grads.get::<B::InnerBackend, D>(param.id) else {
+        let Some(grad) = self
+            .shards
+            .iter()
+            .filter_map(|grads| grads.get::<B::InnerBackend, D>(param.id))
+            .map(|grad| grad.cast(FloatDType::F32))
+            .reduce(|acc, grad| {
+                let device = acc.device();
+                acc + grad.to_device(&device)
+            })
+        else {
             return;
         };
-        let squares = grad.cast(FloatDType::F32).square().sum();
+        let squares = grad.square().sum();
         self.sum = Some(match self.sum.take() {
-            Some(acc) => acc + squares,
+            Some(acc) => {
+                let device = acc.device();
+                acc + squares.to_device(&device)
+            }
             None => squares,
         });
     }
@@ -222,7 +245,12 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for ClipVisitor<'_, B> {
         };
         let own = float_dtype(grad.dtype());
         let compute = compute_dtype(own, None);
-        let coefficient = self.coefficient.clone().cast(compute).unsqueeze::<D>();
+        let mut coefficient = self.coefficient.clone();
+        let device = grad.device();
+        if coefficient.device() != device {
+            coefficient = coefficient.to_device(&device);
+        }
+        let coefficient = coefficient.cast(compute).unsqueeze::<D>();
         let clipped = grad.cast(compute).mul(coefficient);
         let clipped = match own {
             Some(own) => clipped.cast(own),

@@ -36,6 +36,9 @@ pub enum LossScaleError {
     /// The backoff factor is not in the open interval (0, 1).
     #[error("backoff factor must satisfy 0 < backoff < 1, got {0}")]
     InvalidBackoffFactor(f64),
+    /// A loss-scale preset name that is not known.
+    #[error("{0}")]
+    UnknownPreset(String),
     /// The growth interval is 0.
     #[error("growth interval must be at least 1")]
     ZeroGrowthInterval,

@@ -1,15 +1,16 @@
 //! The step contract: scale the loss, unscale and check all gradients, step or skip, update.
 
 use burn::module::AutodiffModule;
-use burn::optim::{GradientsParams, LearningRate, Optimizer};
+use burn::optim::{GradientsParams, LearningRate, MultiGradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, FloatDType, Tensor, TensorData, Transaction};
 
-use crate::clip::{GlobalNormClip, global_grad_norm};
+use crate::clip::{GlobalNormClip, global_grad_norm_of_sum};
 use crate::config::LossScaleConfig;
 use crate::error::{LossScaleError, StepError};
 use crate::loss_scale::{LossScale, LossScaling};
 use crate::outcome::{ScalerStats, StepAction, StepOutcome};
+use crate::replicas::combine_finite_flags;
 use crate::unscale::{UnscaledGrads, read_bool};
 
 /// Loss scaling as a gradients transform around any Burn [`Optimizer`].
@@ -441,17 +442,67 @@ impl LossScaler {
         M: AutodiffModule<B>,
     {
         let loss = scaled_loss.map(|l| l.inner().cast(FloatDType::F32).mean());
-        let scale_used = self.scale();
-        let unscaled = self.unscale_grads::<B, M>(module, grads);
-        let norm = self
-            .clip
-            .and_then(|_| global_grad_norm::<B, M>(module, unscaled.grads()));
-        let values = read_step_values(unscaled.finite_flag(), loss, norm.clone())?;
-        let mut grads = unscaled.into_grads();
-        if let (true, Some(clip), Some(norm)) = (values.finite, self.clip, norm) {
-            grads = clip.clip_with_norm::<B, M>(module, grads, norm);
-        }
+        let checked = self.check_shards::<B, M>(module, vec![grads], loss)?;
+        let Shards {
+            mut grads,
+            finite,
+            loss,
+            grad_norm,
+        } = checked;
         Ok(CheckedGrads {
+            grads: grads.pop().unwrap_or_default(),
+            finite,
+            loss,
+            grad_norm,
+        })
+    }
+
+    /// Unscales, checks and (when configured) clips the gradients of one step held in several
+    /// shards (one per device), with one finiteness flag and one global norm over all of them:
+    /// the norm is the norm of the summed gradient, which is what the optimizer applies.
+    fn check_shards<B, M>(
+        &self,
+        module: &M,
+        shards: Vec<GradientsParams>,
+        loss: Option<Tensor<B::InnerBackend, 1>>,
+    ) -> Result<Shards, StepError>
+    where
+        B: AutodiffBackend,
+        M: AutodiffModule<B>,
+    {
+        let scale_used = self.scale();
+        let unscaled: Vec<_> = shards
+            .into_iter()
+            .map(|grads| self.unscale_grads::<B, M>(module, grads))
+            .collect();
+        let flags: Vec<_> = unscaled.iter().filter_map(|u| u.finite_flag()).collect();
+        let flag = match flags.first().map(|flag| flag.device()) {
+            Some(device) => combine_finite_flags(flags, &device),
+            None => None,
+        };
+        let norm = self.clip.and_then(|_| {
+            let shards: Vec<&GradientsParams> = unscaled.iter().map(|u| u.grads()).collect();
+            global_grad_norm_of_sum::<B, M>(module, &shards)
+        });
+        // One transaction reads everything: keep the values on one device.
+        let norm = match (&flag, norm) {
+            (Some(flag), Some(norm)) if flag.device() != norm.device() => {
+                Some(norm.to_device(&flag.device()))
+            }
+            (_, norm) => norm,
+        };
+        let values = read_step_values(flag, loss, norm.clone())?;
+        let mut grads: Vec<_> = unscaled
+            .into_iter()
+            .map(UnscaledGrads::into_grads)
+            .collect();
+        if let (true, Some(clip), Some(norm)) = (values.finite, self.clip, norm) {
+            grads = grads
+                .into_iter()
+                .map(|shard| clip.clip_with_norm::<B, M>(module, shard, norm.clone()))
+                .collect();
+        }
+        Ok(Shards {
             grads,
             finite: values.finite,
             loss: values
@@ -459,6 +510,82 @@ impl LossScaler {
                 .map(|loss| (f64::from(loss) / f64::from(scale_used)) as f32),
             grad_norm: values.norm,
         })
+    }
+
+    /// [`step`](Self::step) for gradients held on several devices, as burn-train's
+    /// `MultiDeviceOptim::OptimSharded` passes them to `TrainStep::optimize_multi`: every shard
+    /// is unscaled and checked, one decision is taken for all of them (a non-finite gradient on
+    /// any device skips the whole step), clipping uses the norm of the summed gradient, and the
+    /// optimizer's `step_multi` runs only when everything is finite.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::optim::{GradientsParams, MultiGradientsParams, SgdConfig};
+    /// use burn::tensor::Tensor;
+    /// use burn::prelude::DeviceOps;
+    /// use burn_mpric_scale::LossScaler;
+    ///
+    /// type B = Autodiff<Flex>;
+    /// let device = Default::default();
+    /// let model: Linear<B> = LinearConfig::new(1, 1).with_bias(false).init(&device);
+    /// let before = model.weight.val().into_data();
+    /// let shard = |value: f32| {
+    ///     let mut grads = GradientsParams::new();
+    ///     grads.register(model.weight.id, Tensor::<Flex, 2>::from_floats([[value]], &device));
+    ///     (grads, device.to_id())
+    /// };
+    /// // One shard overflowed: the whole step is skipped and the scale backs off.
+    /// let grads = MultiGradientsParams { grads: vec![shard(2.0), shard(f32::INFINITY)] };
+    /// let mut scaler = LossScaler::default();
+    /// let (model, outcome) = scaler.step_multi(&mut SgdConfig::new().init(), 1.0, model, grads);
+    /// assert!(outcome.unwrap().is_skipped());
+    /// assert_eq!(model.weight.val().into_data(), before);
+    /// assert_eq!(scaler.scale(), 16384.0);
+    /// ```
+    pub fn step_multi<B, M, O>(
+        &mut self,
+        optim: &mut O,
+        lr: LearningRate,
+        module: M,
+        grads: MultiGradientsParams,
+    ) -> (M, Result<StepOutcome, StepError>)
+    where
+        B: AutodiffBackend,
+        M: AutodiffModule<B>,
+        O: Optimizer<M, B>,
+    {
+        let (shards, devices): (Vec<_>, Vec<_>) = grads.grads.into_iter().unzip();
+        let checked = self.check_shards::<B, M>(&module, shards, None);
+        self.apply(module, checked, |module, shards| {
+            let grads = shards.into_iter().zip(devices).collect();
+            optim.step_multi(lr, module, MultiGradientsParams { grads })
+        })
+    }
+
+    /// Runs `optimize` on the checked gradients when they are all finite, then updates the
+    /// scale; on a read error nothing changes.
+    fn apply<M>(
+        &mut self,
+        module: M,
+        checked: Result<Shards, StepError>,
+        optimize: impl FnOnce(M, Vec<GradientsParams>) -> M,
+    ) -> (M, Result<StepOutcome, StepError>) {
+        let checked = match checked {
+            Ok(checked) => checked,
+            Err(err) => return (module, Err(err)),
+        };
+        let module = if checked.finite {
+            optimize(module, checked.grads)
+        } else {
+            module
+        };
+        let mut outcome = self.update(checked.finite);
+        outcome.loss = checked.loss;
+        outcome.grad_norm = checked.grad_norm;
+        (module, Ok(outcome))
     }
 
     fn step_inner<B, M, O, const D: usize>(
@@ -474,19 +601,11 @@ impl LossScaler {
         M: AutodiffModule<B>,
         O: Optimizer<M, B>,
     {
-        let checked = match self.check::<B, M, D>(&module, grads, scaled_loss) {
-            Ok(checked) => checked,
-            Err(err) => return (module, Err(err)),
-        };
-        let module = if checked.finite {
-            optim.step(lr, module, checked.grads)
-        } else {
-            module
-        };
-        let mut outcome = self.update(checked.finite);
-        outcome.loss = checked.loss;
-        outcome.grad_norm = checked.grad_norm;
-        (module, Ok(outcome))
+        let loss = scaled_loss.map(|l| l.inner().cast(FloatDType::F32).mean());
+        let checked = self.check_shards::<B, M>(&module, vec![grads], loss);
+        self.apply(module, checked, |module, mut shards| {
+            optim.step(lr, module, shards.pop().unwrap_or_default())
+        })
     }
 }
 
@@ -502,6 +621,14 @@ pub struct CheckedGrads {
     pub loss: Option<f32>,
     /// The global L2 norm before clipping, when clipping is on.
     pub grad_norm: Option<f32>,
+}
+
+/// The gradient shards of one step after unscaling, checking and clipping.
+struct Shards {
+    grads: Vec<GradientsParams>,
+    finite: bool,
+    loss: Option<f32>,
+    grad_norm: Option<f32>,
 }
 
 /// Reads the flag, the loss and the norm in one transaction (one device sync).

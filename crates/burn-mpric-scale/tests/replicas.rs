@@ -101,3 +101,43 @@ fn flags_combine_as_a_logical_and() {
     assert!(combine_finite_flags(Vec::<Tensor<Flex, 1, Bool>>::new(), &device).is_none());
     assert!(all_replicas_finite::<Flex>(&[], &device).unwrap());
 }
+
+/// Sharded gradients (burn-train's `OptimSharded`): one decision over all shards, and clipping
+/// by the norm of the summed gradient, which is what the optimizer applies.
+#[test]
+fn step_multi_clips_by_the_norm_of_the_summed_gradient() {
+    use burn::backend::Autodiff;
+    use burn::nn::{Linear, LinearConfig};
+    use burn::optim::MultiGradientsParams;
+    use burn::prelude::DeviceOps;
+
+    let device: burn::backend::flex::FlexDevice = Default::default();
+    let model: Linear<Autodiff<Flex>> = LinearConfig::new(1, 1).with_bias(false).init(&device);
+    let w0 = model.weight.val().into_scalar();
+    let shard = |value: f32| {
+        let mut grads = GradientsParams::new();
+        // Scaled by 8: the scaler divides by 8 before anything else.
+        grads.register(
+            model.weight.id,
+            Tensor::<Flex, 2>::from_floats([[value * 8.0]], &device),
+        );
+        (grads, device.to_id())
+    };
+    let config = LossScaleConfig::new().with_initial_scale(8.0);
+    // Shards 3 and 1 sum to 4; clipped to norm 2, the applied gradient is 2 (per-shard norms,
+    // 3 and 1, would clip only the first shard and apply 2 + 1 = 3).
+    let mut scaler = LossScaler::dynamic(config)
+        .unwrap()
+        .with_clip_norm(2.0)
+        .unwrap();
+    let grads = MultiGradientsParams {
+        grads: vec![shard(3.0), shard(1.0)],
+    };
+    let (model, outcome) = scaler.step_multi(&mut SgdConfig::new().init(), 1.0, model, grads);
+    let outcome = outcome.unwrap();
+    assert!(outcome.is_applied());
+    assert!((outcome.grad_norm.unwrap() - 4.0).abs() < 1e-6);
+    let w1 = model.weight.val().into_scalar();
+    assert!((w0 - w1 - 2.0).abs() < 1e-5, "step {}", w0 - w1);
+    assert_eq!(scaler.stats().steps, 1);
+}

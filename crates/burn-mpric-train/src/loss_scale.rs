@@ -1,11 +1,9 @@
 //! The recipe's `loss_scale` field: a preset name or a table of [`LossScaleConfig`] fields.
 
 use std::fmt;
-use std::str::FromStr;
 
-use burn::tensor::FloatDType;
+use burn_mpric::Policy;
 use burn_mpric::scale::{LossScaleConfig, LossScaleError, LossScaler, UpdateRule};
-use burn_mpric::{Policy, PolicyDType};
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -13,134 +11,8 @@ use crate::error::RecipeError;
 
 const ACCEPTED: &str = "auto, none, dynamic, torch, jmp, eformer, keras, flax, deepspeed, megatron, static:<scale> (e.g. static:1024), or a table of loss-scale fields";
 
-/// A named loss-scale setting.
-///
-/// ```
-/// use burn_mpric_train::loss_scale::LossScalePreset;
-///
-/// let p: LossScalePreset = "static:1024".parse().unwrap();
-/// assert_eq!(p, LossScalePreset::Static(1024.0));
-/// assert_eq!(p.to_string(), "static:1024");
-/// assert!("torchh".parse::<LossScalePreset>().unwrap_err().contains("accepted"));
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum LossScalePreset {
-    /// Dynamic scaling with the default configuration when the compute dtype is f16, no
-    /// scaling otherwise (the default).
-    Auto,
-    /// No scaling (scale 1); non-finite steps are still skipped.
-    None,
-    /// Dynamic scaling with the default configuration ([`LossScaleConfig::new`]).
-    Dynamic,
-    /// [`LossScaleConfig::torch`].
-    Torch,
-    /// [`LossScaleConfig::jmp`].
-    Jmp,
-    /// [`LossScaleConfig::eformer`].
-    Eformer,
-    /// [`LossScaleConfig::keras`].
-    Keras,
-    /// [`LossScaleConfig::flax`].
-    Flax,
-    /// [`LossScaleConfig::deepspeed`].
-    DeepSpeed,
-    /// [`LossScaleConfig::megatron`].
-    Megatron,
-    /// A fixed scale.
-    Static(f32),
-}
-
-impl LossScalePreset {
-    /// The dynamic configuration of a dynamic preset (`None` for auto, none and static).
-    ///
-    /// ```
-    /// use burn_mpric_train::loss_scale::LossScalePreset;
-    ///
-    /// assert_eq!(LossScalePreset::Torch.dynamic_config().unwrap().initial_scale, 65536.0);
-    /// assert!(LossScalePreset::None.dynamic_config().is_none());
-    /// ```
-    pub fn dynamic_config(&self) -> Option<LossScaleConfig> {
-        Some(match self {
-            LossScalePreset::Dynamic => LossScaleConfig::new(),
-            LossScalePreset::Torch => LossScaleConfig::torch(),
-            LossScalePreset::Jmp => LossScaleConfig::jmp(),
-            LossScalePreset::Eformer => LossScaleConfig::eformer(),
-            LossScalePreset::Keras => LossScaleConfig::keras(),
-            LossScalePreset::Flax => LossScaleConfig::flax(),
-            LossScalePreset::DeepSpeed => LossScaleConfig::deepspeed(),
-            LossScalePreset::Megatron => LossScaleConfig::megatron(),
-            LossScalePreset::Auto | LossScalePreset::None | LossScalePreset::Static(_) => {
-                return None;
-            }
-        })
-    }
-}
-
-impl FromStr for LossScalePreset {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let text = s.trim().to_ascii_lowercase();
-        Ok(match text.as_str() {
-            "auto" => LossScalePreset::Auto,
-            "none" | "noop" | "off" => LossScalePreset::None,
-            "dynamic" => LossScalePreset::Dynamic,
-            "torch" | "pytorch" => LossScalePreset::Torch,
-            "jmp" => LossScalePreset::Jmp,
-            "eformer" => LossScalePreset::Eformer,
-            "keras" => LossScalePreset::Keras,
-            "flax" => LossScalePreset::Flax,
-            "deepspeed" => LossScalePreset::DeepSpeed,
-            "megatron" => LossScalePreset::Megatron,
-            _ => match text.strip_prefix("static:") {
-                Some(value) => match value.trim().parse::<f32>() {
-                    Ok(scale) => LossScalePreset::Static(scale),
-                    Err(_) => {
-                        return Err(format!(
-                            "`{s}`: the static scale must be a number, e.g. static:1024"
-                        ));
-                    }
-                },
-                None => {
-                    return Err(format!(
-                        "unknown loss-scale preset `{s}`; accepted: {ACCEPTED}"
-                    ));
-                }
-            },
-        })
-    }
-}
-
-impl fmt::Display for LossScalePreset {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            LossScalePreset::Auto => "auto",
-            LossScalePreset::None => "none",
-            LossScalePreset::Dynamic => "dynamic",
-            LossScalePreset::Torch => "torch",
-            LossScalePreset::Jmp => "jmp",
-            LossScalePreset::Eformer => "eformer",
-            LossScalePreset::Keras => "keras",
-            LossScalePreset::Flax => "flax",
-            LossScalePreset::DeepSpeed => "deepspeed",
-            LossScalePreset::Megatron => "megatron",
-            LossScalePreset::Static(scale) => return write!(f, "static:{scale}"),
-        })
-    }
-}
-
-impl Serialize for LossScalePreset {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for LossScalePreset {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        text.parse().map_err(de::Error::custom)
-    }
-}
+/// A named loss-scale setting (the scale crate's presets; the CLI accepts the same names).
+pub use burn_mpric::scale::LossScalePreset;
 
 /// The growth rule of a dynamic loss scale, by name.
 ///
@@ -366,28 +238,20 @@ impl LossScaleSpec {
     /// assert_eq!(auto.scaler(Policy::F32, Some(1.0)).unwrap().scale(), 1.0);
     /// ```
     pub fn scaler(&self, policy: Policy, clip: Option<f32>) -> Result<LossScaler, RecipeError> {
-        let scaler = match self {
-            LossScaleSpec::Preset(LossScalePreset::Auto) => {
-                if matches!(
-                    policy.compute(),
-                    PolicyDType::Float(FloatDType::F16) | PolicyDType::Half
-                ) {
-                    LossScaler::dynamic(LossScaleConfig::new()).map_err(field_of)?
-                } else {
-                    LossScaler::noop()
+        let scaler =
+            match self {
+                LossScaleSpec::Preset(preset) => preset
+                    .scaler(policy.may_compute_in_f16())
+                    .map_err(|err| match preset {
+                        LossScalePreset::Static(_) => {
+                            RecipeError::new("loss_scale", err.to_string())
+                        }
+                        _ => field_of(err),
+                    })?,
+                LossScaleSpec::Table(table) => {
+                    LossScaler::dynamic(table.config()?).map_err(field_of)?
                 }
-            }
-            LossScaleSpec::Preset(LossScalePreset::None) => LossScaler::noop(),
-            LossScaleSpec::Preset(LossScalePreset::Static(scale)) => LossScaler::fixed(*scale)
-                .map_err(|err| RecipeError::new("loss_scale", err.to_string()))?,
-            LossScaleSpec::Preset(preset) => {
-                let config = preset.dynamic_config().unwrap_or_default();
-                LossScaler::dynamic(config).map_err(field_of)?
-            }
-            LossScaleSpec::Table(table) => {
-                LossScaler::dynamic(table.config()?).map_err(field_of)?
-            }
-        };
+            };
         match clip {
             Some(norm) => scaler.with_clip_norm(norm).map_err(field_of),
             None => Ok(scaler),

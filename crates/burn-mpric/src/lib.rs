@@ -14,7 +14,9 @@ mod tensor;
 pub use backend::MixedPrecision;
 pub use category::{Op, OpCategory, UnknownName};
 pub use device::MpDevice;
-pub use handler::{Castable, HandlerError, ModuleParams, PrecisionHandler, TrainStepOutput};
+pub use handler::{
+    Castable, HandlerError, LossScaleSetting, ModuleParams, PrecisionHandler, TrainStepOutput,
+};
 pub use policy::{Policy, PolicyDType, PolicyError, dtype_name};
 pub use settings::{PrecisionSettings, full_precision};
 pub use tensor::{MpBool, MpFloat, MpInt, MpQuant};

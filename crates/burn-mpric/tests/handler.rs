@@ -53,17 +53,17 @@ fn loss_and_grads_are_right_on_every_call_including_growth_and_backoff() {
     let expected_scales = [(1024.0, 1024.0), (1024.0, 2048.0)];
     for (call, (used, next)) in expected_scales.into_iter().enumerate() {
         let step = handler.train_step(&model, loss_fn).unwrap();
-        assert_eq!(step.loss, 5.0, "call {call}");
+        assert_eq!(step.outcome.loss, Some(5.0), "call {call}");
         assert_eq!(grads_of(&step, &model), vec![2.0, 4.0], "call {call}");
-        assert!(step.finite);
+        assert!(step.outcome.is_applied());
         assert_eq!(
             (step.outcome.scale_used, step.outcome.next_scale),
             (used, next)
         );
     }
     let step = handler.train_step(&model, overflowing).unwrap();
-    assert_eq!(step.loss, 5.0, "backoff call");
-    assert!(!step.finite && step.outcome.is_skipped());
+    assert_eq!(step.outcome.loss, Some(5.0), "backoff call");
+    assert!(step.outcome.is_skipped());
     assert_eq!(
         (step.outcome.scale_used, step.outcome.next_scale),
         (2048.0, 1024.0)
@@ -77,7 +77,10 @@ fn loss_and_grads_are_right_on_every_call_including_growth_and_backoff() {
     );
 
     let step = handler.train_step(&model, loss_fn).unwrap();
-    assert_eq!((step.loss, grads_of(&step, &model)), (5.0, vec![2.0, 4.0]));
+    assert_eq!(
+        (step.outcome.loss, grads_of(&step, &model)),
+        (Some(5.0), vec![2.0, 4.0])
+    );
     assert_eq!(handler.scaler().stats().skipped, 1);
 }
 
@@ -89,8 +92,8 @@ fn the_default_configuration_works_on_its_first_step() {
     let step = handler
         .train_step(&model, |m| m.w.val().powf_scalar(2.0).sum())
         .unwrap();
-    assert!(step.finite);
-    assert_eq!(step.loss, 5.0);
+    assert!(step.outcome.is_applied());
+    assert_eq!(step.outcome.loss, Some(5.0));
     assert_eq!(grads_of(&step, &model), vec![2.0, 4.0]);
     let model = handler.apply(&mut AdamConfig::new().init(), 0.5, model, step);
     let w = model.w.val().into_data().to_vec::<f32>().unwrap();
@@ -117,7 +120,7 @@ fn gradients_come_back_at_the_param_dtype() {
         .get::<MixedPrecision<Flex>, 2>(linear.weight.id)
         .unwrap();
     assert_eq!(grad.dtype(), DType::F32);
-    assert!(step.finite);
+    assert!(step.outcome.is_applied());
     assert_eq!(grad.into_data().to_vec::<f32>().unwrap(), vec![3.0; 8]);
 }
 
@@ -181,4 +184,83 @@ fn inference_wrapper_casts_inputs_and_outputs() {
         ids.into_data().convert::<i64>().to_vec::<i64>().unwrap(),
         vec![3, 4]
     );
+}
+
+#[test]
+fn casts_walk_arrays_maps_and_long_tuples() {
+    use std::collections::{BTreeMap, HashMap};
+
+    let device = Default::default();
+    let f = || Tensor::<Flex, 1>::ones([2], &device);
+    let half = PolicyDType::Float(FloatDType::F16);
+
+    let array = [f(), f(), f()].cast_floats(half);
+    assert!(array.iter().all(|t| t.dtype() == DType::F16));
+
+    let hashed: HashMap<&str, Tensor<Flex, 1>> = [("a", f()), ("b", f())].into();
+    let hashed = hashed.cast_floats(half);
+    assert_eq!(hashed.len(), 2);
+    assert!(hashed.values().all(|t| t.dtype() == DType::F16));
+
+    let ordered: BTreeMap<u8, Vec<Tensor<Flex, 1>>> = [(1, vec![f()]), (2, vec![f(), f()])].into();
+    let ordered = ordered.cast_floats(half);
+    assert_eq!(ordered[&2].len(), 2);
+    assert!(ordered.values().flatten().all(|t| t.dtype() == DType::F16));
+
+    let ids = Tensor::<Flex, 1, Int>::ones([2], &device);
+    let twelve = (
+        f(),
+        f(),
+        f(),
+        f(),
+        f(),
+        f(),
+        f(),
+        f(),
+        f(),
+        f(),
+        f(),
+        ids.clone(),
+    );
+    let twelve = twelve.cast_floats(half);
+    assert_eq!(
+        (twelve.0.dtype(), twelve.10.dtype()),
+        (DType::F16, DType::F16)
+    );
+    assert_eq!(twelve.11.dtype(), ids.dtype());
+}
+
+#[test]
+fn the_loss_scale_is_chosen_next_to_the_policy() {
+    use burn_mpric::scale::LossScalePreset;
+
+    let policy = "p=f32,c=f16,o=f32".parse().unwrap();
+    let torch = PrecisionHandler::with_loss_scale(policy, LossScalePreset::Torch).unwrap();
+    assert_eq!(torch.scaler().scale(), 65536.0);
+    let config = LossScaleConfig::new().with_initial_scale(1024.0);
+    let configured = PrecisionHandler::with_loss_scale(policy, config).unwrap();
+    assert_eq!(configured.scaler().scale(), 1024.0);
+    let fixed = PrecisionHandler::from_texts("mixed_bf16", "static:64").unwrap();
+    assert_eq!(fixed.scaler().scale(), 64.0);
+    // `auto` follows the policy: dynamic at 2^15 for f16 compute, none for bf16.
+    assert_eq!(
+        PrecisionHandler::from_texts("mixed_f16", "auto")
+            .unwrap()
+            .scaler()
+            .scale(),
+        32768.0
+    );
+    assert_eq!(
+        PrecisionHandler::from_texts("mixed_bf16", "auto")
+            .unwrap()
+            .scaler()
+            .scale(),
+        1.0
+    );
+    // Bad input is an error naming what is wrong, not a panic.
+    let err =
+        PrecisionHandler::with_loss_scale(policy, LossScaleConfig::new().with_growth_factor(0.5))
+            .unwrap_err();
+    assert!(err.to_string().contains("growth factor"), "{err}");
+    assert!(PrecisionHandler::from_texts("mixed_f16", "static:zero").is_err());
 }

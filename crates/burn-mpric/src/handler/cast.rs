@@ -1,5 +1,8 @@
 //! [`Castable`]: what the handler's casts walk: tensors, modules, and containers of them.
 
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasher, Hash};
+
 use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, DType, FloatDType, Int, Tensor};
@@ -28,7 +31,8 @@ fn cast_tensor<B: Backend, const D: usize>(
 }
 
 /// Values whose float tensors the handler's casts convert: float tensors are cast, int and
-/// bool tensors are left untouched, containers are walked. Wrap a module in
+/// bool tensors are left untouched, containers are walked (`Vec`, `Option`, arrays, the values
+/// of `HashMap` and `BTreeMap`, tuples of up to 12 elements). Wrap a module in
 /// [`ModuleParams`] to cast its float parameters.
 ///
 /// ```
@@ -77,6 +81,34 @@ impl<B: Backend, T: Castable<B>> Castable<B> for Option<T> {
     }
 }
 
+impl<B: Backend, T: Castable<B>, const N: usize> Castable<B> for [T; N] {
+    fn cast_floats(self, dtype: PolicyDType) -> Self {
+        self.map(|t| t.cast_floats(dtype))
+    }
+}
+
+impl<B, K, V, S> Castable<B> for HashMap<K, V, S>
+where
+    B: Backend,
+    K: Eq + Hash,
+    V: Castable<B>,
+    S: BuildHasher + Default,
+{
+    fn cast_floats(self, dtype: PolicyDType) -> Self {
+        self.into_iter()
+            .map(|(k, v)| (k, v.cast_floats(dtype)))
+            .collect()
+    }
+}
+
+impl<B: Backend, K: Ord, V: Castable<B>> Castable<B> for BTreeMap<K, V> {
+    fn cast_floats(self, dtype: PolicyDType) -> Self {
+        self.into_iter()
+            .map(|(k, v)| (k, v.cast_floats(dtype)))
+            .collect()
+    }
+}
+
 macro_rules! tuple_castable {
     ($($t:ident),+) => {
         impl<B: Backend, $($t: Castable<B>),+> Castable<B> for ($($t,)+) {
@@ -89,10 +121,19 @@ macro_rules! tuple_castable {
     };
 }
 
+// Tuples up to 12 elements, like the standard library's trait impls.
 tuple_castable!(A);
 tuple_castable!(A, C);
 tuple_castable!(A, C, D);
 tuple_castable!(A, C, D, E);
+tuple_castable!(A, C, D, E, F);
+tuple_castable!(A, C, D, E, F, G);
+tuple_castable!(A, C, D, E, F, G, H);
+tuple_castable!(A, C, D, E, F, G, H, I);
+tuple_castable!(A, C, D, E, F, G, H, I, J);
+tuple_castable!(A, C, D, E, F, G, H, I, J, K);
+tuple_castable!(A, C, D, E, F, G, H, I, J, K, L);
+tuple_castable!(A, C, D, E, F, G, H, I, J, K, L, M);
 
 /// A module whose float parameters the handler's casts convert (ints and bools untouched;
 /// trainable parameters stay trainable leaves).

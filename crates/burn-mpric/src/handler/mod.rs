@@ -4,14 +4,15 @@ mod cast;
 
 use burn::module::AutodiffModule;
 use burn::optim::{GradientsParams, LearningRate, Optimizer};
-use burn::tensor::FloatDType;
 use burn::tensor::Tensor;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn_mpric_scale::{LossScaleConfig, LossScaleError, LossScaler, StepError, StepOutcome};
+use burn_mpric_scale::{
+    LossScaleConfig, LossScaleError, LossScalePreset, LossScaler, StepError, StepOutcome,
+};
 
 pub use cast::{Castable, ModuleParams};
 
-use crate::{Policy, PolicyDType, PolicyError};
+use crate::{Policy, PolicyError};
 
 /// Casts values by a [`Policy`] and runs training steps with loss scaling.
 ///
@@ -35,9 +36,9 @@ use crate::{Policy, PolicyDType, PolicyError};
 /// let model = W::<B> { w: Param::from_tensor(Tensor::from_floats([1.0, 2.0], &device)) };
 /// let mut handler = PrecisionHandler::from_text("p=f32,c=f16,o=f32")?; // dynamic scale 2^15
 /// let step = handler.train_step(&model, |m| m.w.val().powf_scalar(2.0).sum())?;
-/// assert_eq!(step.loss, 5.0);
+/// assert_eq!(step.outcome.loss, Some(5.0));
 /// assert_eq!(step.grads.get::<Flex, 1>(model.w.id).unwrap().to_data().to_vec::<f32>()?, vec![2.0, 4.0]);
-/// assert!(step.finite && step.outcome.scale_used == 32768.0);
+/// assert!(step.outcome.is_applied() && step.outcome.scale_used == 32768.0);
 /// let model = handler.apply(&mut SgdConfig::new().init(), 0.1, model, step);
 /// assert_eq!(model.w.val().to_data().to_vec::<f32>()?, vec![0.8, 1.6]);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -48,17 +49,57 @@ pub struct PrecisionHandler {
     scaler: LossScaler,
 }
 
-/// What [`PrecisionHandler::train_step`] returns.
+/// What [`PrecisionHandler::train_step`] returns: the gradients and the scaler's report.
+///
+/// The report is the one owner of the step's facts: `outcome.loss` (the loss, or its mean for a
+/// loss with several elements, divided by the scale used), `outcome.is_applied()` (every
+/// gradient finite; [`PrecisionHandler::apply`] skips the step otherwise), the scale used and
+/// the next scale.
 #[derive(Debug)]
 pub struct TrainStepOutput {
-    /// The loss (its mean, for a loss with several elements), divided by the scale used.
-    pub loss: f32,
     /// The gradients, unscaled and at their parameters' dtypes.
     pub grads: GradientsParams,
-    /// Whether every gradient was finite; [`PrecisionHandler::apply`] skips the step if not.
-    pub finite: bool,
-    /// The scaler's report: scale used, next scale, counters.
+    /// The scaler's report: applied or skipped, loss, scale used, next scale, counters.
     pub outcome: StepOutcome,
+}
+
+/// A loss-scale setting for [`PrecisionHandler::with_loss_scale`]: a preset (by value or
+/// parsed from its name), a dynamic configuration, or a ready scaler.
+///
+/// ```
+/// use burn_mpric::LossScaleSetting;
+/// use burn_mpric::scale::{LossScaleConfig, LossScalePreset};
+///
+/// let a: LossScaleSetting = LossScalePreset::Torch.into();
+/// let b: LossScaleSetting = LossScaleConfig::torch().into();
+/// assert_ne!(a, b);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum LossScaleSetting {
+    /// A named preset; `auto` follows the policy.
+    Preset(LossScalePreset),
+    /// A dynamic scale with this configuration.
+    Config(LossScaleConfig),
+    /// This scaler as it is.
+    Scaler(LossScaler),
+}
+
+impl From<LossScalePreset> for LossScaleSetting {
+    fn from(preset: LossScalePreset) -> Self {
+        Self::Preset(preset)
+    }
+}
+
+impl From<LossScaleConfig> for LossScaleSetting {
+    fn from(config: LossScaleConfig) -> Self {
+        Self::Config(config)
+    }
+}
+
+impl From<LossScaler> for LossScaleSetting {
+    fn from(scaler: LossScaler) -> Self {
+        Self::Scaler(scaler)
+    }
 }
 
 /// Errors building a handler from text.
@@ -86,14 +127,54 @@ impl PrecisionHandler {
     /// assert_eq!(h.scaler().scale(), 32768.0);
     /// ```
     pub fn new(policy: Policy) -> Self {
-        let scaler = match policy.compute() {
-            PolicyDType::Float(FloatDType::F16) | PolicyDType::Half => {
-                LossScaler::dynamic(LossScaleConfig::new())
-                    .expect("the default loss-scale configuration is valid")
-            }
-            _ => LossScaler::noop(),
-        };
+        let scaler = LossScalePreset::Auto
+            .scaler(policy.may_compute_in_f16())
+            .expect("the default loss-scale configuration is valid");
         Self { policy, scaler }
+    }
+
+    /// A handler for `policy` with the loss scaling of `loss_scale`, in one call (eformer's
+    /// `PrecisionHandler(policy, loss_scale_config=...)`): a preset, a [`LossScaleConfig`] or a
+    /// ready [`LossScaler`].
+    ///
+    /// ```
+    /// use burn_mpric::{Policy, PrecisionHandler};
+    /// use burn_mpric::scale::{LossScaleConfig, LossScalePreset};
+    ///
+    /// let policy: Policy = "p=f32,c=f16,o=f32".parse().unwrap();
+    /// let h = PrecisionHandler::with_loss_scale(policy, LossScalePreset::Torch).unwrap();
+    /// assert_eq!(h.scaler().scale(), 65536.0);
+    /// let config = LossScaleConfig::new().with_initial_scale(1024.0).with_growth_interval(100);
+    /// let h = PrecisionHandler::with_loss_scale(policy, config).unwrap();
+    /// assert_eq!(h.scaler().scale(), 1024.0);
+    /// assert!(PrecisionHandler::with_loss_scale(policy, LossScaleConfig::new().with_initial_scale(0.0)).is_err());
+    /// ```
+    pub fn with_loss_scale(
+        policy: Policy,
+        loss_scale: impl Into<LossScaleSetting>,
+    ) -> Result<Self, HandlerError> {
+        let scaler = match loss_scale.into() {
+            LossScaleSetting::Preset(preset) => preset.scaler(policy.may_compute_in_f16())?,
+            LossScaleSetting::Config(config) => LossScaler::dynamic(config)?,
+            LossScaleSetting::Scaler(scaler) => scaler,
+        };
+        Ok(Self { policy, scaler })
+    }
+
+    /// A handler from policy text and loss-scale preset text (`torch`, `static:1024`, `none`,
+    /// `auto`, ...; see [`LossScalePreset`]).
+    ///
+    /// ```
+    /// use burn_mpric::PrecisionHandler;
+    ///
+    /// let h = PrecisionHandler::from_texts("p=f32,c=f16,o=f32", "torch").unwrap();
+    /// assert_eq!(h.scaler().scale(), 65536.0);
+    /// let err = PrecisionHandler::from_texts("mixed_f16", "pytorh").unwrap_err();
+    /// assert!(err.to_string().contains("accepted"));
+    /// ```
+    pub fn from_texts(policy: &str, loss_scale: &str) -> Result<Self, HandlerError> {
+        let preset: LossScalePreset = loss_scale.parse()?;
+        Self::with_loss_scale(policy.parse()?, preset)
     }
 
     /// A handler from policy text (see [`Policy`]'s grammar).
@@ -235,7 +316,7 @@ impl PrecisionHandler {
     /// let mut h = PrecisionHandler::from_text("mixed_f16").unwrap();
     /// let x = Tensor::<B, 2>::ones([1, 2], &device);
     /// let step = h.train_step(&model, |m| m.forward(x.clone()).sum()).unwrap();
-    /// assert!(step.finite && step.outcome.is_applied());
+    /// assert!(step.outcome.is_applied());
     /// ```
     pub fn train_step<B, M, const D: usize>(
         &mut self,
@@ -250,13 +331,10 @@ impl PrecisionHandler {
         let grads = GradientsParams::from_grads(scaled.backward(), module);
         let checked = self.scaler.check(module, grads, Some(scaled))?;
         let mut outcome = self.scaler.update(checked.finite);
-        let loss = checked.loss.unwrap_or(f32::NAN);
         outcome.loss = checked.loss;
         outcome.grad_norm = checked.grad_norm;
         Ok(TrainStepOutput {
-            loss,
             grads: checked.grads,
-            finite: checked.finite,
             outcome,
         })
     }
@@ -278,7 +356,7 @@ impl PrecisionHandler {
     /// let mut h = PrecisionHandler::from_text("mixed_f16").unwrap();
     /// let x = Tensor::<B, 2>::from_floats([[f32::INFINITY]], &device);
     /// let step = h.train_step(&model, |m| m.forward(x.clone()).sum()).unwrap();
-    /// assert!(!step.finite && step.outcome.is_skipped());
+    /// assert!(step.outcome.is_skipped());
     /// let model = h.apply(&mut AdamConfig::new().init(), 1e-3, model, step);
     /// assert_eq!(model.weight.val().into_data(), before);
     /// ```
@@ -294,7 +372,7 @@ impl PrecisionHandler {
         M: AutodiffModule<B>,
         O: Optimizer<M, B>,
     {
-        if step.finite {
+        if step.outcome.is_applied() {
             optim.step(lr, module, step.grads)
         } else {
             module

@@ -192,6 +192,24 @@ impl Policy {
         }
     }
 
+    /// Whether the compute dtype is f16, or `half` (f16 on devices without bf16): the policies
+    /// that call for loss scaling (see
+    /// [`LossScalePreset::Auto`](burn_mpric_scale::LossScalePreset::Auto)).
+    ///
+    /// ```
+    /// use burn_mpric::Policy;
+    ///
+    /// assert!("mixed_f16".parse::<Policy>().unwrap().may_compute_in_f16());
+    /// assert!("c=half".parse::<Policy>().unwrap().may_compute_in_f16());
+    /// assert!(!"mixed_bf16".parse::<Policy>().unwrap().may_compute_in_f16());
+    /// ```
+    pub fn may_compute_in_f16(&self) -> bool {
+        matches!(
+            self.compute(),
+            PolicyDType::Float(FloatDType::F16) | PolicyDType::Half
+        )
+    }
+
     /// True when parameters, compute and output share one dtype: the policy changes nothing.
     ///
     /// ```

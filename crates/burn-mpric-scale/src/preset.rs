@@ -1,0 +1,168 @@
+//! [`LossScalePreset`]: loss-scale settings by name (`torch`, `static:1024`, `auto`, ...), and the
+//! one "auto" rule: dynamic scaling when the compute dtype may be f16, none otherwise.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer, de};
+
+use crate::config::LossScaleConfig;
+use crate::error::LossScaleError;
+use crate::scaler::LossScaler;
+
+/// Every name [`LossScalePreset`] accepts, as error messages list them.
+pub const PRESET_NAMES: &str = "auto, none, dynamic, torch, jmp, eformer, keras, flax, deepspeed, megatron, static:<scale> (e.g. static:1024)";
+
+/// A named loss-scale setting.
+///
+/// The default initial scale of `dynamic` (and `auto`) is 2^15, eformer's and the seed's;
+/// `torch` starts at PyTorch's 2^16.
+///
+/// ```
+/// use burn_mpric_scale::LossScalePreset;
+///
+/// let p: LossScalePreset = "static:1024".parse().unwrap();
+/// assert_eq!(p, LossScalePreset::Static(1024.0));
+/// assert_eq!(p.to_string(), "static:1024");
+/// assert!("torchh".parse::<LossScalePreset>().unwrap_err().to_string().contains("accepted"));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum LossScalePreset {
+    /// Dynamic scaling with the default configuration when the compute dtype may be f16, no
+    /// scaling otherwise (the default).
+    #[default]
+    Auto,
+    /// No scaling (scale 1); non-finite steps are still skipped.
+    None,
+    /// Dynamic scaling with the default configuration ([`LossScaleConfig::new`], initial 2^15).
+    Dynamic,
+    /// [`LossScaleConfig::torch`] (initial 2^16).
+    Torch,
+    /// [`LossScaleConfig::jmp`].
+    Jmp,
+    /// [`LossScaleConfig::eformer`].
+    Eformer,
+    /// [`LossScaleConfig::keras`].
+    Keras,
+    /// [`LossScaleConfig::flax`].
+    Flax,
+    /// [`LossScaleConfig::deepspeed`].
+    DeepSpeed,
+    /// [`LossScaleConfig::megatron`].
+    Megatron,
+    /// A fixed scale.
+    Static(f32),
+}
+
+impl LossScalePreset {
+    /// The dynamic configuration of a dynamic preset (`None` for auto, none and static).
+    ///
+    /// ```
+    /// use burn_mpric_scale::LossScalePreset;
+    ///
+    /// assert_eq!(LossScalePreset::Torch.dynamic_config().unwrap().initial_scale, 65536.0);
+    /// assert!(LossScalePreset::None.dynamic_config().is_none());
+    /// ```
+    pub fn dynamic_config(&self) -> Option<LossScaleConfig> {
+        Some(match self {
+            LossScalePreset::Dynamic => LossScaleConfig::new(),
+            LossScalePreset::Torch => LossScaleConfig::torch(),
+            LossScalePreset::Jmp => LossScaleConfig::jmp(),
+            LossScalePreset::Eformer => LossScaleConfig::eformer(),
+            LossScalePreset::Keras => LossScaleConfig::keras(),
+            LossScalePreset::Flax => LossScaleConfig::flax(),
+            LossScalePreset::DeepSpeed => LossScaleConfig::deepspeed(),
+            LossScalePreset::Megatron => LossScaleConfig::megatron(),
+            LossScalePreset::Auto | LossScalePreset::None | LossScalePreset::Static(_) => {
+                return None;
+            }
+        })
+    }
+
+    /// The scaler this preset describes, for a run whose compute dtype may be f16
+    /// (`f16_compute`) or not. `auto` is the one place the rule "dynamic scaling when the
+    /// compute dtype may be f16, none otherwise" is written.
+    ///
+    /// ```
+    /// use burn_mpric_scale::LossScalePreset;
+    ///
+    /// assert_eq!(LossScalePreset::Auto.scaler(true).unwrap().scale(), 32768.0);
+    /// assert_eq!(LossScalePreset::Auto.scaler(false).unwrap().scale(), 1.0);
+    /// assert_eq!(LossScalePreset::Torch.scaler(false).unwrap().scale(), 65536.0);
+    /// assert!(LossScalePreset::Static(0.0).scaler(true).is_err());
+    /// ```
+    pub fn scaler(&self, f16_compute: bool) -> Result<LossScaler, LossScaleError> {
+        match self {
+            LossScalePreset::Auto if f16_compute => LossScaler::dynamic(LossScaleConfig::new()),
+            LossScalePreset::Auto | LossScalePreset::None => Ok(LossScaler::noop()),
+            LossScalePreset::Static(scale) => LossScaler::fixed(*scale),
+            preset => LossScaler::dynamic(preset.dynamic_config().unwrap_or_default()),
+        }
+    }
+}
+
+impl FromStr for LossScalePreset {
+    type Err = LossScaleError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let text = s.trim().to_ascii_lowercase();
+        Ok(match text.as_str() {
+            "auto" => LossScalePreset::Auto,
+            "none" | "noop" | "off" => LossScalePreset::None,
+            "dynamic" => LossScalePreset::Dynamic,
+            "torch" | "pytorch" => LossScalePreset::Torch,
+            "jmp" => LossScalePreset::Jmp,
+            "eformer" => LossScalePreset::Eformer,
+            "keras" => LossScalePreset::Keras,
+            "flax" => LossScalePreset::Flax,
+            "deepspeed" => LossScalePreset::DeepSpeed,
+            "megatron" => LossScalePreset::Megatron,
+            _ => match text.strip_prefix("static:") {
+                Some(value) => match value.trim().parse::<f32>() {
+                    Ok(scale) => LossScalePreset::Static(scale),
+                    Err(_) => {
+                        return Err(LossScaleError::UnknownPreset(format!(
+                            "`{s}`: the static scale must be a number, e.g. static:1024"
+                        )));
+                    }
+                },
+                None => {
+                    return Err(LossScaleError::UnknownPreset(format!(
+                        "unknown loss-scale preset `{s}`; accepted: {PRESET_NAMES}"
+                    )));
+                }
+            },
+        })
+    }
+}
+
+impl fmt::Display for LossScalePreset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LossScalePreset::Auto => "auto",
+            LossScalePreset::None => "none",
+            LossScalePreset::Dynamic => "dynamic",
+            LossScalePreset::Torch => "torch",
+            LossScalePreset::Jmp => "jmp",
+            LossScalePreset::Eformer => "eformer",
+            LossScalePreset::Keras => "keras",
+            LossScalePreset::Flax => "flax",
+            LossScalePreset::DeepSpeed => "deepspeed",
+            LossScalePreset::Megatron => "megatron",
+            LossScalePreset::Static(scale) => return write!(f, "static:{scale}"),
+        })
+    }
+}
+
+impl Serialize for LossScalePreset {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for LossScalePreset {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(de::Error::custom)
+    }
+}
