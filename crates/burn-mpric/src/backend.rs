@@ -127,4 +127,8 @@ impl<B: Backend> Backend for MixedPrecision<B> {
     fn device_count(type_id: u16) -> usize {
         B::device_count(type_id)
     }
+
+    fn ad_enabled(device: &Self::Device) -> bool {
+        B::ad_enabled(&device.inner)
+    }
 }

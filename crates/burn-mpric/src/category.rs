@@ -182,6 +182,8 @@ op_table! {
         GridSample2d = "grid_sample_2d",
         Rfft = "rfft",
         Irfft = "irfft",
+        CtcLoss = "ctc_loss",
+        CtcLossBackward = "ctc_loss_backward",
     ]
     Promote: [
         Add = "add",
@@ -212,6 +214,14 @@ op_table! {
         AdaptiveAvgPool2dBackward = "adaptive_avg_pool2d_backward",
         MaxPool2d = "max_pool2d",
         MaxPool2dBackward = "max_pool2d_backward",
+        AvgPool1d = "avg_pool1d",
+        AvgPool1dBackward = "avg_pool1d_backward",
+        AdaptiveAvgPool1d = "adaptive_avg_pool1d",
+        AdaptiveAvgPool1dBackward = "adaptive_avg_pool1d_backward",
+        MaxPool1d = "max_pool1d",
+        MaxPool1dBackward = "max_pool1d_backward",
+        Unfold4d = "unfold4d",
+        ScatterNd = "scatter_nd",
         Relu = "relu",
         ReluBackward = "relu_backward",
         Gelu = "gelu",

@@ -1,7 +1,7 @@
 //! [`MpDevice`]: an inner device plus the precision settings tensors made on it follow.
 
 use core::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use burn_backend::{Backend, DeviceId, DeviceOps};
 
@@ -123,18 +123,74 @@ impl<B: Backend> fmt::Debug for MpDevice<B> {
     }
 }
 
+/// The settings of every device that was turned into an id, so an id can be turned back
+/// into the same device. Entries are never removed: a process meets a handful of policies.
+static SETTINGS_BY_CODE: Mutex<Vec<Precision>> = Mutex::new(Vec::new());
+
+/// The code (1-based) an id carries for `precision`.
+fn settings_code(precision: &Precision) -> usize {
+    let mut table = SETTINGS_BY_CODE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    match table.iter().position(|p| p == precision) {
+        Some(index) => index + 1,
+        None => {
+            table.push(precision.clone());
+            table.len()
+        }
+    }
+}
+
+fn settings_of_code(code: usize) -> Option<Precision> {
+    let table = SETTINGS_BY_CODE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    code.checked_sub(1).and_then(|i| table.get(i).cloned())
+}
+
+/// Device ids round-trip: `MpDevice::from_id(device.to_id()) == device`, policy included.
+///
+/// An id is the inner device's id with a settings code in the upper bytes of its two fields
+/// (burn-train and Burn's multi-device gradients rebuild devices from ids, and would otherwise
+/// lose the policy). Code 0, which plain inner ids carry, means the default settings
+/// ([`MpDevice::default`]); so does an inner id too large to share its fields (type or index
+/// id of 256 or more) and a process that met more than 65,535 distinct settings.
+///
+/// ```
+/// use burn::backend::Flex;
+/// use burn::prelude::DeviceOps;
+/// use burn_mpric::{MixedPrecision, MpDevice, Policy};
+///
+/// type B = MixedPrecision<Flex>;
+/// let device = B::device(Default::default(), "mixed_f16".parse::<Policy>().unwrap()).unwrap();
+/// let rebuilt = MpDevice::<Flex>::from_id(device.to_id());
+/// assert_eq!(rebuilt, device);
+/// assert_eq!(rebuilt.policy().to_string(), "p=f32,c=f16,o=f32");
+/// ```
 impl<B: Backend> burn_backend::Device for MpDevice<B> {
-    /// Ids carry no policy: a device rebuilt from an id gets the default settings.
     fn from_id(device_id: DeviceId) -> Self {
-        let default = Self::default();
-        Self::from_parts(
-            <B::Device as burn_backend::Device>::from_id(device_id),
-            default.precision,
-        )
+        let code = usize::from(device_id.type_id >> 8) << 8 | usize::from(device_id.index_id >> 8);
+        let inner = DeviceId {
+            type_id: device_id.type_id & 0xff,
+            index_id: device_id.index_id & 0xff,
+        };
+        let inner = <B::Device as burn_backend::Device>::from_id(inner);
+        match settings_of_code(code) {
+            Some(precision) => Self::from_parts(inner, precision),
+            None => Self::from_parts(inner, Self::default().precision),
+        }
     }
 
     fn to_id(&self) -> DeviceId {
-        self.inner.to_id()
+        let inner = self.inner.to_id();
+        let code = settings_code(&self.precision);
+        if inner.type_id > 0xff || inner.index_id > 0xff || code > 0xffff {
+            return inner;
+        }
+        DeviceId {
+            type_id: inner.type_id | ((code >> 8) as u16) << 8,
+            index_id: inner.index_id | ((code & 0xff) as u16) << 8,
+        }
     }
 }
 

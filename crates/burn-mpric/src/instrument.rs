@@ -12,12 +12,18 @@ use burn_backend::ops::{
     InterpolateOptions, MaxPool1dBackward, MaxPool1dWithIndices, MaxPool2dBackward,
     MaxPool2dWithIndices, ModuleOps, QTensorOps, TransactionOps, UnfoldOptions,
 };
-use burn_backend::quantization::{QuantScheme, QuantizationParametersPrimitive};
-use burn_backend::tensor::{BoolTensor, Device, FloatTensor, IntTensor, QuantizedTensor};
+use core::ops::Range;
+
+use burn_backend::ops::{TransactionPrimitive, TransactionPrimitiveData};
+use burn_backend::quantization::{QuantPropagation, QuantScheme, QuantizationParametersPrimitive};
+use burn_backend::tensor::{
+    BoolTensor, Device, FloatTensor, IndexingUpdateOp, IntTensor, QuantizedTensor,
+};
 use burn_backend::{
     Backend, BackendTypes, BoolDType, DType, DTypeUsageSet, Distribution, ExecutionError, IntDType,
-    QTensorPrimitive, Scalar, Shape, Slice, TensorData, TensorMetadata,
+    QTensorPrimitive, Scalar, Shape, Slice, TensorData, TensorMetadata, TensorPrimitive,
 };
+use burn_std::quantization::QuantAcc;
 
 use crate::ops::activation::activation_op_list;
 use crate::ops::bool_tensor::bool_op_list;
@@ -103,9 +109,21 @@ impl<P: QTensorPrimitive> QTensorPrimitive for Rec<P> {
     fn scheme(&self) -> &QuantScheme {
         self.0.scheme()
     }
+
+    fn acc_precision(&self) -> QuantAcc {
+        self.0.acc_precision()
+    }
+
+    fn propagation(&self) -> QuantPropagation {
+        self.0.propagation()
+    }
+
+    fn default_scheme() -> QuantScheme {
+        P::default_scheme()
+    }
 }
 
-trait Inspect: Sized {
+pub(crate) trait Inspect: Sized {
     type Inner;
 
     fn dtypes(&self, _out: &mut Vec<DType>) {}
@@ -113,7 +131,7 @@ trait Inspect: Sized {
     fn into_inner(self) -> Self::Inner;
 }
 
-trait Wrap {
+pub(crate) trait Wrap {
     type Inner;
 
     fn wrap(inner: Self::Inner) -> Self;
@@ -185,6 +203,34 @@ impl<B: Backend> Inspect for QuantizationParametersPrimitive<Instrumented<B>> {
     fn into_inner(self) -> Self::Inner {
         QuantizationParametersPrimitive {
             scales: self.scales.0,
+        }
+    }
+}
+
+impl<B: Backend> Inspect for TensorPrimitive<Instrumented<B>> {
+    type Inner = TensorPrimitive<B>;
+
+    fn dtypes(&self, out: &mut Vec<DType>) {
+        if let TensorPrimitive::Float(t) = self {
+            t.dtypes(out)
+        }
+    }
+
+    fn into_inner(self) -> Self::Inner {
+        match self {
+            TensorPrimitive::Float(t) => TensorPrimitive::Float(t.0),
+            TensorPrimitive::QFloat(t) => TensorPrimitive::QFloat(t.0),
+        }
+    }
+}
+
+impl<B: Backend> Wrap for TensorPrimitive<Instrumented<B>> {
+    type Inner = TensorPrimitive<B>;
+
+    fn wrap(inner: Self::Inner) -> Self {
+        match inner {
+            TensorPrimitive::Float(t) => TensorPrimitive::Float(Rec(t)),
+            TensorPrimitive::QFloat(t) => TensorPrimitive::QFloat(Rec(t)),
         }
     }
 }
@@ -308,6 +354,33 @@ impl<B: Backend> Backend for Instrumented<B> {
     fn device_count(type_id: u16) -> usize {
         B::device_count(type_id)
     }
+
+    fn ad_enabled(device: &Self::Device) -> bool {
+        B::ad_enabled(device)
+    }
+
+    fn memory_persistent_allocations<
+        Output: Send,
+        Input: Send,
+        Func: Fn(Input) -> Output + Send,
+    >(
+        device: &Self::Device,
+        input: Input,
+        func: Func,
+    ) -> Output {
+        B::memory_persistent_allocations(device, input, func)
+    }
+
+    fn memory_cleanup(device: &Self::Device) {
+        B::memory_cleanup(device)
+    }
+
+    fn staging<'a, Iter>(data: Iter, device: &Self::Device)
+    where
+        Iter: Iterator<Item = &'a mut TensorData>,
+    {
+        B::staging(data, device)
+    }
 }
 
 impl<B: Backend> FloatTensorOps<Self> for Instrumented<B> {
@@ -355,6 +428,11 @@ impl<B: Backend> FloatTensorOps<Self> for Instrumented<B> {
 
     fn float_to_device(tensor: FloatTensor<Self>, device: &Device<Self>) -> FloatTensor<Self> {
         Rec(B::float_to_device(tensor.0, device))
+    }
+
+    fn float_is_require_grad(tensor: &FloatTensor<Self>) -> bool {
+        log("float_is_require_grad", Vec::new());
+        B::float_is_require_grad(&tensor.0)
     }
 
     float_op_list!(record_ops);
@@ -430,10 +508,23 @@ impl<B: Backend> BoolTensorOps<Self> for Instrumented<B> {
         Rec(B::bool_into_float(tensor.0, out_dtype))
     }
 
+    fn bool_argwhere(
+        tensor: BoolTensor<Self>,
+        out_dtype: IntDType,
+    ) -> impl Future<Output = IntTensor<Self>> + 'static + Send {
+        log("bool_argwhere", Vec::new());
+        let indices = B::bool_argwhere(tensor.0, out_dtype);
+        async move { Rec(indices.await) }
+    }
+
     bool_op_list!(record_ops);
 }
 
 impl<B: Backend> ModuleOps<Self> for Instrumented<B> {
+    fn has_ctc_loss_backward() -> bool {
+        B::has_ctc_loss_backward()
+    }
+
     module_op_list!(record_ops);
 }
 
@@ -458,7 +549,26 @@ impl<B: Backend> QTensorOps<Self> for Instrumented<B> {
         B::q_into_data(tensor.0).await
     }
 
+    fn q_is_require_grad(tensor: &QuantizedTensor<Self>) -> bool {
+        log("q_is_require_grad", Vec::new());
+        B::q_is_require_grad(&tensor.0)
+    }
+
     q_op_list!(record_ops);
 }
 
-impl<B: Backend> TransactionOps<Self> for Instrumented<B> {}
+impl<B: Backend> TransactionOps<Self> for Instrumented<B> {
+    fn tr_execute(
+        transaction: TransactionPrimitive<Self>,
+    ) -> impl Future<Output = Result<TransactionPrimitiveData, ExecutionError>> + Send {
+        let mut dtypes = Vec::new();
+        transaction.read_floats.dtypes(&mut dtypes);
+        log("tr_execute", dtypes);
+        B::tr_execute(TransactionPrimitive::new(
+            transaction.read_floats.into_inner(),
+            transaction.read_qfloats.into_inner(),
+            transaction.read_ints.into_inner(),
+            transaction.read_bools.into_inner(),
+        ))
+    }
+}

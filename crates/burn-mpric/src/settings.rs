@@ -162,6 +162,25 @@ impl PartialEq for Precision {
 
 impl Eq for Precision {}
 
+impl Precision {
+    /// The settings an op follows when its tensors carry `a` and `b` (tensors made under two
+    /// policies meeting in one op): the one that keeps more precision, compared by compute
+    /// dtype, then param dtype, then output dtype (f64 > f32 > f16 > bf16, f16 keeping more
+    /// mantissa bits). Settings with the same three dtypes (they differ only in op overrides
+    /// or pure mode) give way to the first argument's. The choice does not depend on the
+    /// order of the operands otherwise, so `a + b` and `b + a` run alike.
+    pub(crate) fn preferred<'a>(a: &'a Precision, b: &'a Precision) -> &'a Precision {
+        if Arc::ptr_eq(&a.0, &b.0) {
+            return a;
+        }
+        if b.0.precision_key() > a.0.precision_key() {
+            b
+        } else {
+            a
+        }
+    }
+}
+
 thread_local! {
     static FULL_PRECISION_DEPTH: Cell<u32> = const { Cell::new(0) };
 }
@@ -233,7 +252,33 @@ impl InputDTypes {
     }
 }
 
+/// Precision order of float dtypes, for [`Precision::preferred`].
+fn precision_rank(d: FloatDType) -> u8 {
+    match d {
+        FloatDType::F64 => 4,
+        FloatDType::F32 | FloatDType::Flex32 => 3,
+        FloatDType::F16 => 2,
+        FloatDType::BF16 => 1,
+    }
+}
+
 impl Resolved {
+    fn precision_key(&self) -> [u8; 3] {
+        [self.compute, self.param, self.output].map(precision_rank)
+    }
+
+    /// The dtype a float tensor of `dtype` is read at by the host: a tensor at the compute
+    /// dtype (what the policy lowered) is read at the output dtype; any other dtype (a
+    /// parameter, or an explicit cast by the user) as it is. At the identity policy nothing
+    /// changes.
+    pub(crate) fn host_dtype(&self, dtype: FloatDType) -> FloatDType {
+        if dtype == self.compute {
+            self.output
+        } else {
+            dtype
+        }
+    }
+
     /// The dtype float inputs of `op` are cast to, or `None` when the op has no float input.
     pub(crate) fn target(&self, op: Op, inputs: &InputDTypes) -> Option<FloatDType> {
         let input = inputs.widest?;

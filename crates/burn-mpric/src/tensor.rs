@@ -1,8 +1,9 @@
 //! Tensor primitives of [`MixedPrecision`](crate::MixedPrecision): the inner backend's
 //! primitive plus the precision settings it was made under.
 
-use burn_backend::quantization::QuantScheme;
+use burn_backend::quantization::{QuantPropagation, QuantScheme};
 use burn_backend::{Backend, DType, QTensorPrimitive, Shape, TensorMetadata};
+use burn_std::quantization::QuantAcc;
 
 use crate::settings::Precision;
 
@@ -53,5 +54,17 @@ primitive!(
 impl<B: Backend> QTensorPrimitive for MpQuant<B> {
     fn scheme(&self) -> &QuantScheme {
         self.inner.scheme()
+    }
+
+    fn acc_precision(&self) -> QuantAcc {
+        self.inner.acc_precision()
+    }
+
+    fn propagation(&self) -> QuantPropagation {
+        self.inner.propagation()
+    }
+
+    fn default_scheme() -> QuantScheme {
+        B::QuantizedTensorPrimitive::default_scheme()
     }
 }

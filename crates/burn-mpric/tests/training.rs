@@ -27,15 +27,18 @@ fn compute_ops_equal_an_explicit_cast_then_op() {
         let device = device(policy);
         let (a, b) = (data([5, 7], 1), data([7, 3], 2));
         let got = Tensor::<Mp, 2>::from_data(a.clone(), &device)
-            .matmul(Tensor::<Mp, 2>::from_data(b.clone(), &device))
-            .into_data();
+            .matmul(Tensor::<Mp, 2>::from_data(b.clone(), &device));
+        // Computed at the compute dtype, read back at the output dtype (f32): exactly the
+        // half-precision values, widened.
+        assert_eq!(got.dtype(), DType::from(half));
+        let got = got.into_data();
         let bare = Default::default();
         let want = Tensor::<Flex, 2>::from_data(a, &bare)
             .cast(half)
             .matmul(Tensor::<Flex, 2>::from_data(b, &bare).cast(half))
             .into_data();
-        assert_eq!(got.dtype, DType::from(half));
-        assert_eq!(got, want, "{policy}: matmul");
+        assert_eq!(got.dtype, DType::F32);
+        assert_eq!(got, want.convert::<f32>(), "{policy}: matmul");
 
         let x = data([2, 18], 3).convert::<f32>();
         let w = data([4, 9], 4).convert::<f32>();
@@ -56,7 +59,7 @@ fn compute_ops_equal_an_explicit_cast_then_op() {
             options,
         )
         .into_data();
-        assert_eq!(got, want, "{policy}: conv2d");
+        assert_eq!(got, want.convert::<f32>(), "{policy}: conv2d");
     }
 }
 

@@ -9,9 +9,12 @@ use burn_backend::ops::{
     MaxPool1dWithIndices, MaxPool2dBackward, MaxPool2dWithIndices, UnfoldOptions,
 };
 use burn_backend::quantization::{QuantScheme, QuantizationParametersPrimitive};
+use core::ops::Range;
+
+use burn_backend::tensor::IndexingUpdateOp;
 use burn_backend::{
     Backend, BoolDType, DType, Distribution, IntDType, Scalar, Shape, Slice, TensorData,
-    TensorMetadata,
+    TensorMetadata, TensorPrimitive,
 };
 
 use crate::backend::MixedPrecision;
@@ -164,7 +167,9 @@ impl<B: Backend, T: Arg<B>> Arg<B> for Vec<T> {
     type Inner = Vec<T::Inner>;
 
     fn precision(&self) -> Option<&Precision> {
-        self.iter().find_map(T::precision)
+        self.iter()
+            .filter_map(T::precision)
+            .reduce(Precision::preferred)
     }
 
     fn collect(&self, inputs: &mut InputDTypes) {
@@ -190,6 +195,48 @@ impl<B: Backend> Arg<B> for QuantizationParametersPrimitive<MixedPrecision<B>> {
     fn into_inner(self) -> Self::Inner {
         QuantizationParametersPrimitive {
             scales: self.scales.inner,
+        }
+    }
+}
+
+impl<B: Backend> Arg<B> for TensorPrimitive<MixedPrecision<B>> {
+    type Inner = TensorPrimitive<B>;
+
+    fn precision(&self) -> Option<&Precision> {
+        match self {
+            TensorPrimitive::Float(t) => Some(&t.precision),
+            TensorPrimitive::QFloat(t) => Some(&t.precision),
+        }
+    }
+
+    fn collect(&self, inputs: &mut InputDTypes) {
+        if let TensorPrimitive::Float(t) = self {
+            t.collect(inputs)
+        }
+    }
+
+    fn cast(self, target: Option<FloatDType>) -> Self {
+        match self {
+            TensorPrimitive::Float(t) => TensorPrimitive::Float(t.cast(target)),
+            quantized => quantized,
+        }
+    }
+
+    fn into_inner(self) -> Self::Inner {
+        match self {
+            TensorPrimitive::Float(t) => TensorPrimitive::Float(t.inner),
+            TensorPrimitive::QFloat(t) => TensorPrimitive::QFloat(t.inner),
+        }
+    }
+}
+
+impl<B: Backend> Output<B> for TensorPrimitive<MixedPrecision<B>> {
+    type Inner = TensorPrimitive<B>;
+
+    fn wrap(inner: Self::Inner, precision: &Precision) -> Self {
+        match inner {
+            TensorPrimitive::Float(t) => TensorPrimitive::Float(MpFloat::wrap(t, precision)),
+            TensorPrimitive::QFloat(t) => TensorPrimitive::QFloat(MpQuant::wrap(t, precision)),
         }
     }
 }
@@ -266,6 +313,8 @@ macro_rules! for_passive_types {
             ConvTransposeOptions<2>,
             ConvTransposeOptions<3>,
             DeformConvOptions<2>,
+            Range<i64>,
+            IndexingUpdateOp,
         );
     };
 }

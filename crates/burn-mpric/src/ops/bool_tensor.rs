@@ -11,7 +11,7 @@ use super::forward::forward_ops;
 use super::tensor::create;
 use crate::backend::MixedPrecision;
 use crate::device::MpDevice;
-use crate::tensor::MpBool;
+use crate::tensor::{MpBool, MpInt};
 
 /// The ops of this trait that both decorators forward, with their op-table entries.
 macro_rules! bool_op_list {
@@ -37,6 +37,16 @@ macro_rules! bool_op_list {
             fn bool_flip(tensor: BoolTensor<Self>, axes: &[usize]) -> BoolTensor<Self> => plain;
             fn bool_expand(tensor: BoolTensor<Self>, shape: Shape) -> BoolTensor<Self> => plain;
             fn bool_unfold(tensor: BoolTensor<Self>, dim: usize, size: usize, step: usize) -> BoolTensor<Self> => plain;
+            fn bool_repeat_dim(tensor: BoolTensor<Self>, dim: usize, times: usize) -> BoolTensor<Self> => plain;
+            fn bool_cat(tensors: Vec<BoolTensor<Self>>, dim: usize) -> BoolTensor<Self> => plain;
+            fn bool_not_equal(lhs: BoolTensor<Self>, rhs: BoolTensor<Self>) -> BoolTensor<Self> => plain;
+            fn bool_not_equal_elem(lhs: BoolTensor<Self>, rhs: Scalar) -> BoolTensor<Self> => plain;
+            fn bool_xor(lhs: BoolTensor<Self>, rhs: BoolTensor<Self>) -> BoolTensor<Self> => plain;
+            fn bool_transpose(tensor: BoolTensor<Self>) -> BoolTensor<Self> => plain;
+            fn bool_any(tensor: BoolTensor<Self>) -> BoolTensor<Self> => plain;
+            fn bool_any_dim(tensor: BoolTensor<Self>, dim: usize) -> BoolTensor<Self> => plain;
+            fn bool_all(tensor: BoolTensor<Self>) -> BoolTensor<Self> => plain;
+            fn bool_all_dim(tensor: BoolTensor<Self>, dim: usize) -> BoolTensor<Self> => plain;
         }
     };
 }
@@ -92,6 +102,15 @@ impl<B: Backend> BoolTensorOps<Self> for MixedPrecision<B> {
         create(&device, out_dtype, |_, dtype| {
             B::bool_into_float(tensor.inner, dtype)
         })
+    }
+
+    fn bool_argwhere(
+        tensor: BoolTensor<Self>,
+        out_dtype: IntDType,
+    ) -> impl Future<Output = IntTensor<Self>> + 'static + Send {
+        let precision = tensor.precision.clone();
+        let indices = B::bool_argwhere(tensor.inner, out_dtype);
+        async move { MpInt::new(indices.await, precision) }
     }
 
     bool_op_list!(forward_ops);

@@ -9,7 +9,8 @@ macro_rules! forward_ops {
     ($( fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) -> $ret:ty => $kind:ident $($op:ident)? ; )*) => {$(
         fn $name($($arg: $ty),*) -> $ret {
             let precision: $crate::settings::Precision = None
-                $(.or_else(|| $crate::ops::args::Arg::<B>::precision(&$arg)))*
+                $(.into_iter().chain($crate::ops::args::Arg::<B>::precision(&$arg)))*
+                .reduce($crate::settings::Precision::preferred)
                 .cloned()
                 .expect("every decorated op has a tensor or device argument");
             $crate::ops::forward::forward_ops!(@cast $kind $($op)? ; precision ; $($arg),*);

@@ -2,7 +2,9 @@
 
 use burn::tensor::FloatDType;
 use burn_backend::ops::IntTensorOps;
-use burn_backend::tensor::{BoolTensor, Device, FloatTensor, IntTensor};
+use core::ops::Range;
+
+use burn_backend::tensor::{BoolTensor, Device, FloatTensor, IndexingUpdateOp, IntTensor};
 use burn_backend::{
     Backend, BoolDType, Distribution, ExecutionError, IntDType, Scalar, Shape, Slice, TensorData,
 };
@@ -77,6 +79,43 @@ macro_rules! int_op_list {
             fn bitwise_right_shift_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> => plain;
             fn int_cast(tensor: IntTensor<Self>, dtype: IntDType) -> IntTensor<Self> => plain;
             fn int_unfold(tensor: IntTensor<Self>, dim: usize, size: usize, step: usize) -> IntTensor<Self> => plain;
+            fn int_scatter_nd(data: IntTensor<Self>, indices: IntTensor<Self>, values: IntTensor<Self>, reduction: IndexingUpdateOp) -> IntTensor<Self> => plain;
+            fn int_gather_nd(data: IntTensor<Self>, indices: IntTensor<Self>) -> IntTensor<Self> => plain;
+            fn int_repeat_dim(tensor: IntTensor<Self>, dim: usize, times: usize) -> IntTensor<Self> => plain;
+            fn int_cat(tensors: Vec<IntTensor<Self>>, dim: usize) -> IntTensor<Self> => plain;
+            fn int_not_equal(lhs: IntTensor<Self>, rhs: IntTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> => plain;
+            fn int_not_equal_elem(lhs: IntTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self> => plain;
+            fn int_powi(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> => plain;
+            fn int_powi_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> => plain;
+            fn int_powi_scalar_impl(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> => plain;
+            fn int_clamp_min(tensor: IntTensor<Self>, min: Scalar) -> IntTensor<Self> => plain;
+            fn int_clamp_max(tensor: IntTensor<Self>, max: Scalar) -> IntTensor<Self> => plain;
+            fn int_clamp(tensor: IntTensor<Self>, min: Scalar, max: Scalar) -> IntTensor<Self> => plain;
+            fn int_neg(tensor: IntTensor<Self>) -> IntTensor<Self> => plain;
+            fn int_zeros(shape: Shape, device: &Device<Self>, dtype: IntDType) -> IntTensor<Self> => plain;
+            fn int_ones(shape: Shape, device: &Device<Self>, dtype: IntDType) -> IntTensor<Self> => plain;
+            fn int_full(shape: Shape, fill_value: Scalar, device: &Device<Self>, dtype: IntDType) -> IntTensor<Self> => plain;
+            fn int_mean(tensor: IntTensor<Self>) -> IntTensor<Self> => plain;
+            fn int_topk(tensor: IntTensor<Self>, dim: usize, k: usize) -> IntTensor<Self> => plain;
+            fn int_max(tensor: IntTensor<Self>) -> IntTensor<Self> => plain;
+            fn int_max_dim(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> => plain;
+            fn int_max_dim_with_indices(tensor: IntTensor<Self>, dim: usize) -> (IntTensor<Self>, IntTensor<Self>) => plain;
+            fn int_max_abs(tensor: IntTensor<Self>) -> IntTensor<Self> => plain;
+            fn int_max_abs_dim(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> => plain;
+            fn int_min(tensor: IntTensor<Self>) -> IntTensor<Self> => plain;
+            fn int_min_dim(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> => plain;
+            fn int_min_dim_with_indices(tensor: IntTensor<Self>, dim: usize) -> (IntTensor<Self>, IntTensor<Self>) => plain;
+            fn int_transpose(tensor: IntTensor<Self>) -> IntTensor<Self> => plain;
+            fn int_arange_step(range: Range<i64>, step: usize, device: &Device<Self>, dtype: IntDType) -> IntTensor<Self> => plain;
+            fn int_arange(range: Range<i64>, device: &Device<Self>, dtype: IntDType) -> IntTensor<Self> => plain;
+            fn int_any(tensor: IntTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> => plain;
+            fn int_any_dim(tensor: IntTensor<Self>, dim: usize, out_dtype: BoolDType) -> BoolTensor<Self> => plain;
+            fn int_all(tensor: IntTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> => plain;
+            fn int_all_dim(tensor: IntTensor<Self>, dim: usize, out_dtype: BoolDType) -> BoolTensor<Self> => plain;
+            fn int_sign(tensor: IntTensor<Self>) -> IntTensor<Self> => plain;
+            fn int_sort(tensor: IntTensor<Self>, dim: usize, descending: bool) -> IntTensor<Self> => plain;
+            fn int_sort_with_indices(tensor: IntTensor<Self>, dim: usize, descending: bool) -> (IntTensor<Self>, IntTensor<Self>) => plain;
+            fn int_argsort(tensor: IntTensor<Self>, dim: usize, descending: bool) -> IntTensor<Self> => plain;
         }
     };
 }

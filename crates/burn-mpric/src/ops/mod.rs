@@ -3,6 +3,8 @@
 pub(crate) mod activation;
 pub(crate) mod args;
 pub(crate) mod bool_tensor;
+#[cfg(test)]
+mod conformance;
 pub(crate) mod forward;
 pub(crate) mod int_tensor;
 pub(crate) mod module;

@@ -2,16 +2,25 @@
 
 use burn::tensor::FloatDType;
 use burn_backend::ops::{FloatTensorOps, GridSampleOptions};
-use burn_backend::tensor::{BoolTensor, Device, FloatTensor, IntTensor};
+use burn_backend::tensor::{BoolTensor, Device, FloatTensor, IndexingUpdateOp, IntTensor};
 use burn_backend::{
     Backend, BoolDType, Distribution, Element, ExecutionError, IntDType, Scalar, Shape, Slice,
     TensorData,
 };
 
+use super::args::{cast_inner, float_dtype};
 use super::forward::forward_ops;
 use crate::backend::MixedPrecision;
 use crate::device::MpDevice;
 use crate::tensor::MpFloat;
+
+/// A float tensor as the host reads it (`into_data`, `to_vec`, transactions): at the
+/// policy's output dtype when it holds the compute dtype (see the crate docs, "What the
+/// output dtype governs").
+pub(crate) fn for_host<B: Backend>(tensor: MpFloat<B>) -> B::FloatTensorPrimitive {
+    let target = tensor.precision.0.host_dtype(float_dtype(&tensor.inner));
+    cast_inner::<B>(tensor.inner, target)
+}
 
 fn default_float<B: Backend>() -> FloatDType {
     FloatDType::from(B::FloatElem::dtype())
@@ -153,6 +162,10 @@ macro_rules! float_op_list {
             fn float_sort_with_indices(tensor: FloatTensor<Self>, dim: usize, descending: bool, indices_dtype: IntDType) -> (FloatTensor<Self>, IntTensor<Self>) => plain;
             fn float_argsort(tensor: FloatTensor<Self>, dim: usize, descending: bool, out_dtype: IntDType) -> IntTensor<Self> => plain;
             fn float_grid_sample_2d(tensor: FloatTensor<Self>, grid: FloatTensor<Self>, options: GridSampleOptions) -> FloatTensor<Self> => cat GridSample2d;
+            fn float_scatter_nd(data: FloatTensor<Self>, indices: IntTensor<Self>, values: FloatTensor<Self>, reduction: IndexingUpdateOp) -> FloatTensor<Self> => cat ScatterNd;
+            fn float_gather_nd(data: FloatTensor<Self>, indices: IntTensor<Self>) -> FloatTensor<Self> => plain;
+            fn float_detach(tensor: FloatTensor<Self>) -> FloatTensor<Self> => plain;
+            fn float_set_require_grad(tensor: FloatTensor<Self>, require_grad: bool) -> FloatTensor<Self> => plain;
         }
     };
 }
@@ -202,7 +215,7 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     }
 
     async fn float_into_data(tensor: FloatTensor<Self>) -> Result<TensorData, ExecutionError> {
-        B::float_into_data(tensor.inner).await
+        B::float_into_data(for_host(tensor)).await
     }
 
     fn float_device(tensor: &FloatTensor<Self>) -> Device<Self> {
@@ -214,6 +227,10 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
             B::float_to_device(tensor.inner, &device.inner),
             device.precision.clone(),
         )
+    }
+
+    fn float_is_require_grad(tensor: &FloatTensor<Self>) -> bool {
+        B::float_is_require_grad(&tensor.inner)
     }
 
     float_op_list!(forward_ops);
