@@ -23,10 +23,7 @@ fn f16_compute_on_wgpu_matches_cast_then_matmul_and_mixed_adds_are_promoted() {
         .cast(FloatDType::F16)
         .matmul(Tensor::<Wgpu, 2>::from_data(b, &bare).cast(FloatDType::F16));
     // Read back at the output dtype (f32): the f16 values, widened exactly.
-    assert_eq!(
-        got.clone().into_data(),
-        want.into_data().convert::<f32>()
-    );
+    assert_eq!(got.clone().into_data(), want.into_data().convert::<f32>());
 
     // f16 + f32 on the same kernel path: without casting, wgpu would misread one operand.
     let bias = Tensor::<Mp, 2>::from_data(TensorData::new(vec![0.25f32; 6], [3, 2]), &device);

@@ -19,16 +19,24 @@ pub struct TwoLayer<B: Backend> {
 }
 
 impl<B: Backend> TwoLayer<B> {
-    /// A freshly initialized model. Its parameters are materialized at once: Burn initializes
-    /// parameters lazily, and a clone of a not-yet-initialized module would draw its own random
-    /// values instead of sharing them.
+    /// A model with deterministic weights (standard normal values from [`Normal`] times
+    /// `1/sqrt(width)`): the backend's random initializer shares one generator with every test
+    /// running in parallel, so it would differ from run to run.
     pub fn new(width: usize, device: &B::Device) -> Self {
-        let model = Self {
-            l1: LinearConfig::new(width, width).init(device),
-            l2: LinearConfig::new(width, width).init(device),
+        let mut normal = Normal::new(0x5eed + width as u64);
+        let k = 1.0 / (width as f32).sqrt();
+        let mut linear = || {
+            let weight = normal.matrix::<B>(width, width, device).mul_scalar(k);
+            let bias = normal.matrix::<B>(1, width, device).mul_scalar(k);
+            let mut layer = LinearConfig::new(width, width).init::<B>(device);
+            layer.weight = Param::from_tensor(weight);
+            layer.bias = Some(Param::from_tensor(bias.reshape([width])));
+            layer
         };
-        param_data(&model);
-        model
+        Self {
+            l1: linear(),
+            l2: linear(),
+        }
     }
 
     pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {

@@ -376,22 +376,21 @@ thread_local! {
     static CASE_DEVICE: std::cell::RefCell<Option<MpDevice<Inner>>> = const { std::cell::RefCell::new(None) };
 }
 
-/// The device the cases of this thread run on (identity policy).
+/// The device the cases of this thread run on.
 fn case_device() -> MpDevice<Inner> {
-    CASE_DEVICE.with(|d| {
-        d.borrow_mut()
-            .get_or_insert_with(|| Decorated::device(Default::default(), Policy::F32).unwrap())
-            .clone()
-    })
+    CASE_DEVICE.with(|d| d.borrow().clone().expect("cases run inside `Cases::cases`"))
 }
 
 /// Every listed op of every trait.
 trait Cases {
-    fn cases() -> Vec<Case>;
+    fn cases(policy: &str) -> Vec<Case>;
 }
 
 impl Cases for Decorated {
-    fn cases() -> Vec<Case> {
+    fn cases(policy: &str) -> Vec<Case> {
+        let policy: Policy = policy.parse().unwrap();
+        let device = Decorated::device(Default::default(), policy).unwrap();
+        CASE_DEVICE.with(|d| *d.borrow_mut() = Some(device));
         let mut all = Vec::new();
         all.extend(float_op_list!(differential_cases));
         all.extend(int_op_list!(differential_cases));
@@ -405,7 +404,7 @@ impl Cases for Decorated {
 
 #[test]
 fn every_forwarded_op_reaches_the_inner_backend_and_matches_it_bit_for_bit() {
-    let cases = Decorated::cases();
+    let cases = Decorated::cases("f32");
     let mut problems = Vec::new();
     for case in &cases {
         if case.first_inner_op != Some(case.name) {
@@ -433,6 +432,48 @@ fn every_forwarded_op_reaches_the_inner_backend_and_matches_it_bit_for_bit() {
         "only {compared} of {} ops ran on the sample inputs",
         cases.len()
     );
+}
+
+/// Under 16-bit policies the values differ by the formats' rounding, but an op that runs on
+/// the bare backend runs through the decorator too, with results of the same shapes, read
+/// back at the output dtype (f32) where the bare backend gives f32.
+#[test]
+fn under_half_policies_every_op_that_runs_bare_runs_decorated() {
+    for policy in ["p=f32,c=bf16,o=f32", "p=f32,c=f16,o=f32"] {
+        let mut problems = Vec::new();
+        for case in Decorated::cases(policy) {
+            let (Seen::Values(bare), decorated) = (&case.bare, &case.decorated) else {
+                continue;
+            };
+            let Seen::Values(decorated) = decorated else {
+                problems.push(format!("{}: fails under {policy}", case.name));
+                continue;
+            };
+            let same_layout = bare.len() == decorated.len()
+                && bare.iter().zip(decorated).all(|pair| match pair {
+                    (
+                        Observed::Data {
+                            dtype: a,
+                            shape: sa,
+                            ..
+                        },
+                        Observed::Data {
+                            dtype: b,
+                            shape: sb,
+                            ..
+                        },
+                    ) => sa == sb && a == b,
+                    (a, b) => std::mem::discriminant(a) == std::mem::discriminant(b),
+                });
+            if !same_layout {
+                problems.push(format!(
+                    "{}: under {policy} {decorated:?}, bare {bare:?}",
+                    case.name
+                ));
+            }
+        }
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+    }
 }
 
 /// Burn's backend traits and the files of `burn-backend` that define them.
