@@ -11,7 +11,7 @@ use crate::error::{LossScaleError, StepError};
 use crate::loss_scale::{LossScale, LossScaling};
 use crate::outcome::{ScalerStats, StepAction, StepOutcome};
 use crate::replicas::combine_finite_flags;
-use crate::unscale::{UnscaledGrads, read_bool};
+use crate::unscale::{UnscaledGrads, read_bool, unscale_grads_with_norm};
 
 /// Loss scaling as a gradients transform around any Burn [`Optimizer`].
 ///
@@ -471,19 +471,28 @@ impl LossScaler {
         M: AutodiffModule<B>,
     {
         let scale_used = self.scale();
+        // One shard with clipping: the norm comes from the same reduction as the check.
+        let fused_norm = self.clip.is_some() && shards.len() == 1;
         let unscaled: Vec<_> = shards
             .into_iter()
-            .map(|grads| self.unscale_grads::<B, M>(module, grads))
+            .map(|grads| match fused_norm {
+                true => unscale_grads_with_norm::<B, M>(module, grads, scale_used),
+                false => self.unscale_grads::<B, M>(module, grads),
+            })
             .collect();
         let flags: Vec<_> = unscaled.iter().filter_map(|u| u.finite_flag()).collect();
         let flag = match flags.first().map(|flag| flag.device()) {
             Some(device) => combine_finite_flags(flags, &device),
             None => None,
         };
-        let norm = self.clip.and_then(|_| {
-            let shards: Vec<&GradientsParams> = unscaled.iter().map(|u| u.grads()).collect();
-            global_grad_norm_of_sum::<B, M>(module, &shards)
-        });
+        let norm = match (self.clip, fused_norm) {
+            (None, _) => None,
+            (Some(_), true) => unscaled[0].squared_norm().map(Tensor::sqrt),
+            (Some(_), false) => {
+                let shards: Vec<&GradientsParams> = unscaled.iter().map(|u| u.grads()).collect();
+                global_grad_norm_of_sum::<B, M>(module, &shards)
+            }
+        };
         // One transaction reads everything: keep the values on one device.
         let norm = match (&flag, norm) {
             (Some(flag), Some(norm)) if flag.device() != norm.device() => {

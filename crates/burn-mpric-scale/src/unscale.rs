@@ -5,9 +5,9 @@ use std::collections::HashSet;
 use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Bool, Tensor};
+use burn::tensor::{Bool, FloatDType, Tensor};
 
-use crate::dtype::{float_dtype, inverse_of, mul_in_compute};
+use crate::dtype::{compute_dtype, float_dtype, inverse_of};
 use crate::error::StepError;
 
 /// Gradients after [`unscale_grads`], with the finiteness flag still on the device.
@@ -41,6 +41,7 @@ use crate::error::StepError;
 pub struct UnscaledGrads<B: Backend> {
     grads: GradientsParams,
     finite: Option<Tensor<B, 1, Bool>>,
+    squared_norm: Option<Tensor<B, 1>>,
     count: usize,
     scale: f32,
 }
@@ -179,6 +180,12 @@ impl<B: Backend> UnscaledGrads<B> {
             Some(flag) => read_bool(flag.clone().try_into_data()?),
         }
     }
+
+    /// The squared global L2 norm of the unscaled gradients, computed in the same pass by
+    /// [`unscale_grads_with_norm`].
+    pub(crate) fn squared_norm(&self) -> Option<Tensor<B, 1>> {
+        self.squared_norm.clone()
+    }
 }
 
 /// Reads a one-element bool tensor's data.
@@ -221,7 +228,7 @@ pub fn cast_grads_to_param_dtype<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: &M,
     mut grads: GradientsParams,
 ) -> GradientsParams {
-    let mut visitor = GradVisitor::<B>::new(&mut grads, None, false);
+    let mut visitor = GradVisitor::<B>::new(&mut grads, None, Check::CastOnly);
     module.visit(&mut visitor);
     grads
 }
@@ -231,8 +238,12 @@ pub fn cast_grads_to_param_dtype<B: AutodiffBackend, M: AutodiffModule<B>>(
 /// For every parameter of `module` that has a gradient in `grads` (any rank, any float dtype,
 /// f16 and bf16 included): the gradient is widened to f32 (f64 stays f64), multiplied by `1/S`
 /// (computed in f64 and rounded to f32, as PyTorch does; skipped when `S == 1`), cast to the
-/// parameter's dtype, and its `is_finite().all()` is AND-ed into one on-device flag.
-/// Non-finite gradients are unscaled too. Nothing is read from the device.
+/// parameter's dtype, and summed at that width: one reduction per gradient. A sum is finite
+/// exactly when every element is (an infinity or NaN anywhere makes it inf or NaN; f16 and
+/// bf16 gradients summed in f32 cannot overflow it), so one `is_finite().all()` over the
+/// stacked sums is the flag for all gradients. Only a finite f32 gradient whose sum exceeds
+/// f32's range (elements near 3e38) would count as non-finite. Non-finite gradients are
+/// unscaled too. Nothing is read from the device.
 ///
 /// Unlike PyTorch, f16 gradients of f16 parameters are accepted: the multiplication runs in f32
 /// and is rounded once. `scale` should be a valid scale (see [`LossScaling`](crate::LossScaling));
@@ -261,37 +272,76 @@ pub fn cast_grads_to_param_dtype<B: AutodiffBackend, M: AutodiffModule<B>>(
 /// ```
 pub fn unscale_grads<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: &M,
-    mut grads: GradientsParams,
+    grads: GradientsParams,
     scale: f32,
 ) -> UnscaledGrads<B::InnerBackend> {
+    unscale_and_check::<B, M>(module, grads, scale, Check::Sum)
+}
+
+/// [`unscale_grads`], with the squared global norm of the unscaled gradients from the same
+/// reduction: each gradient's sum of squares serves as its finiteness check and its share of
+/// the norm (a norm that overflows f32 counts as non-finite).
+pub(crate) fn unscale_grads_with_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+    grads: GradientsParams,
+    scale: f32,
+) -> UnscaledGrads<B::InnerBackend> {
+    unscale_and_check::<B, M>(module, grads, scale, Check::SumOfSquares)
+}
+
+fn unscale_and_check<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+    mut grads: GradientsParams,
+    scale: f32,
+    check: Check,
+) -> UnscaledGrads<B::InnerBackend> {
     let inverse = (scale != 1.0).then(|| inverse_of(scale));
-    let mut visitor = GradVisitor::<B>::new(&mut grads, inverse, true);
+    let mut visitor = GradVisitor::<B>::new(&mut grads, inverse, check);
     module.visit(&mut visitor);
-    let (finite, count) = (visitor.finite, visitor.count);
+    let (sums, count) = (visitor.sums, visitor.count);
+    let sums = (!sums.is_empty()).then(|| Tensor::cat(sums, 0));
+    let finite = sums.clone().map(|s| s.is_finite().all());
+    let squared_norm = match check {
+        Check::SumOfSquares => sums.map(Tensor::sum),
+        _ => None,
+    };
     UnscaledGrads {
         grads,
         finite,
+        squared_norm,
         count,
         scale,
     }
 }
 
+/// What the visitor reduces each gradient to.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Check {
+    /// Nothing: cast only.
+    CastOnly,
+    /// The sum (finiteness).
+    Sum,
+    /// The sum of squares (finiteness and the norm).
+    SumOfSquares,
+}
+
 struct GradVisitor<'a, B: AutodiffBackend> {
     grads: &'a mut GradientsParams,
     inverse: Option<f32>,
-    check: bool,
-    finite: Option<Tensor<B::InnerBackend, 1, Bool>>,
+    check: Check,
+    /// One f32 (or f64) value per gradient: its sum, or its sum of squares.
+    sums: Vec<Tensor<B::InnerBackend, 1>>,
     seen: HashSet<ParamId>,
     count: usize,
 }
 
 impl<'a, B: AutodiffBackend> GradVisitor<'a, B> {
-    fn new(grads: &'a mut GradientsParams, inverse: Option<f32>, check: bool) -> Self {
+    fn new(grads: &'a mut GradientsParams, inverse: Option<f32>, check: Check) -> Self {
         Self {
             grads,
             inverse,
             check,
-            finite: None,
+            sums: Vec::new(),
             seen: HashSet::new(),
             count: 0,
         }
@@ -307,18 +357,26 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for GradVisitor<'_, B> {
             return;
         };
         let target = float_dtype(param.dtype());
-        let grad = match (self.inverse, target) {
-            (Some(inverse), _) => mul_in_compute(grad, inverse, target),
-            (None, Some(target)) => grad.cast(target),
-            (None, None) => grad,
+        let own = float_dtype(grad.dtype());
+        let wide_dtype = compute_dtype(own, target);
+        // The unscaled gradient at f32 (f64 stays f64): reduced for the check, then stored at
+        // the parameter's dtype. The unscale factor is applied once, and rounded once.
+        let wide = match self.inverse {
+            Some(inverse) => grad.cast(wide_dtype).mul_scalar(inverse),
+            None => grad.cast(wide_dtype),
         };
-        if self.check {
-            let flag = grad.clone().is_finite().all();
-            self.finite = Some(match self.finite.take() {
-                Some(acc) => acc.bool_and(flag),
-                None => flag,
-            });
+        match self.check {
+            Check::CastOnly => {}
+            // Stacked at f32 (an f64 gradient's sum, too) so one kernel checks them all.
+            Check::Sum => self.sums.push(wide.clone().sum().cast(FloatDType::F32)),
+            Check::SumOfSquares => self
+                .sums
+                .push(wide.clone().square().sum().cast(FloatDType::F32)),
         }
+        let grad = match target.or(own) {
+            Some(out) if out != wide_dtype => wide.cast(out),
+            _ => wide,
+        };
         self.count += 1;
         self.grads.register::<B::InnerBackend, D>(param.id, grad);
     }

@@ -193,3 +193,59 @@ fn scaling_an_f16_loss_does_not_overflow() {
         DType::F64
     );
 }
+
+/// The check reduces each gradient to one f32 sum: f16 gradients whose total is far above
+/// f16's maximum (65504) are still finite, and one infinity or NaN anywhere is caught, for
+/// f16 and f32 gradients, with and without clipping (sum of squares).
+#[test]
+fn f16_gradients_summing_past_65504_are_finite_and_a_single_inf_or_nan_is_not() {
+    let device = Default::default();
+    let model = Ranks::<TB> {
+        r1: param([4], FloatDType::F32),
+        r2: param([64, 64], FloatDType::F32),
+        r3: param([1, 1, 1], FloatDType::F32),
+        r4: param([1, 1, 1, 1], FloatDType::F32),
+        r5: param([1, 1, 1, 1, 1], FloatDType::F32),
+        r6: param([1, 1, 1, 1, 1, 1], FloatDType::F32),
+    };
+    let grads = |poison: Option<f32>| {
+        let mut grads = GradientsParams::new();
+        // 4096 f16 elements of 60000 each: a sum of 2.5e8, scaled by 2.
+        let mut big = Tensor::<Flex, 2>::full([64, 64], 60000.0, &device).cast(FloatDType::F16);
+        if let Some(value) = poison {
+            let value = Tensor::<Flex, 2>::full([1, 1], value, &device).cast(FloatDType::F16);
+            big = big.slice_assign([5..6, 7..8], value);
+        }
+        grads.register(model.r2.id, big);
+        grads.register(model.r1.id, grad([4], 1.0, FloatDType::F32));
+        grads
+    };
+    let clipped = LossScaler::fixed(2.0).unwrap().with_clip_norm(1.0).unwrap();
+    for scaler in [LossScaler::fixed(2.0).unwrap(), clipped] {
+        let checked = scaler
+            .check(&model, grads(None), None::<Tensor<TB, 1>>)
+            .unwrap();
+        assert!(checked.finite, "clip: {:?}", scaler.clip());
+        let w = checked.grads.get::<Flex, 2>(model.r2.id).unwrap();
+        assert_eq!(w.dtype(), DType::F32);
+        for poison in [f32::INFINITY, f32::NEG_INFINITY, f32::NAN] {
+            let checked = scaler
+                .check(&model, grads(Some(poison)), None::<Tensor<TB, 1>>)
+                .unwrap();
+            assert!(!checked.finite, "{poison} with clip {:?}", scaler.clip());
+        }
+    }
+    // The norm comes from the same pass: sqrt(4096 * 30000^2 + 4 * 0.5^2), summed in f32.
+    let checked = LossScaler::fixed(2.0)
+        .unwrap()
+        .with_clip_norm(1.0)
+        .unwrap()
+        .check(&model, grads(None), None::<Tensor<TB, 1>>)
+        .unwrap();
+    let expected = (4096.0f64 * 30000.0 * 30000.0 + 4.0 * 0.25).sqrt();
+    let norm = f64::from(checked.grad_norm.unwrap());
+    assert!(
+        (norm - expected).abs() / expected < 1e-4,
+        "{norm} vs {expected}"
+    );
+}

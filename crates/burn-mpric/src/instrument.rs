@@ -39,16 +39,26 @@ pub struct OpRecord {
     pub op: &'static str,
     /// The dtypes of the float tensors among the op's inputs, in argument order.
     pub float_inputs: Vec<DType>,
+    /// The shapes of the same float inputs.
+    pub float_shapes: Vec<Vec<usize>>,
 }
+
+/// The dtype and shape of one float input.
+type FloatInput = (DType, Vec<usize>);
 
 thread_local! {
     static LOG: RefCell<Option<Vec<OpRecord>>> = const { RefCell::new(None) };
 }
 
-fn log(op: &'static str, float_inputs: Vec<DType>) {
+fn log(op: &'static str, inputs: Vec<FloatInput>) {
     LOG.with(|l| {
         if let Some(log) = l.borrow_mut().as_mut() {
-            log.push(OpRecord { op, float_inputs });
+            let (float_inputs, float_shapes) = inputs.into_iter().unzip();
+            log.push(OpRecord {
+                op,
+                float_inputs,
+                float_shapes,
+            });
         }
     });
 }
@@ -126,7 +136,7 @@ impl<P: QTensorPrimitive> QTensorPrimitive for Rec<P> {
 pub(crate) trait Inspect: Sized {
     type Inner;
 
-    fn dtypes(&self, _out: &mut Vec<DType>) {}
+    fn dtypes(&self, _out: &mut Vec<FloatInput>) {}
 
     fn into_inner(self) -> Self::Inner;
 }
@@ -140,9 +150,9 @@ pub(crate) trait Wrap {
 impl<P: TensorMetadata> Inspect for Rec<P> {
     type Inner = P;
 
-    fn dtypes(&self, out: &mut Vec<DType>) {
+    fn dtypes(&self, out: &mut Vec<FloatInput>) {
         if self.0.dtype().is_float() {
-            out.push(self.0.dtype());
+            out.push((self.0.dtype(), self.0.shape().to_vec()));
         }
     }
 
@@ -170,7 +180,7 @@ impl<'a, T: ?Sized> Inspect for &'a T {
 impl<T: Inspect> Inspect for Option<T> {
     type Inner = Option<T::Inner>;
 
-    fn dtypes(&self, out: &mut Vec<DType>) {
+    fn dtypes(&self, out: &mut Vec<FloatInput>) {
         if let Some(t) = self {
             t.dtypes(out)
         }
@@ -184,7 +194,7 @@ impl<T: Inspect> Inspect for Option<T> {
 impl<T: Inspect> Inspect for Vec<T> {
     type Inner = Vec<T::Inner>;
 
-    fn dtypes(&self, out: &mut Vec<DType>) {
+    fn dtypes(&self, out: &mut Vec<FloatInput>) {
         self.iter().for_each(|t| t.dtypes(out))
     }
 
@@ -196,7 +206,7 @@ impl<T: Inspect> Inspect for Vec<T> {
 impl<B: Backend> Inspect for QuantizationParametersPrimitive<Instrumented<B>> {
     type Inner = QuantizationParametersPrimitive<B>;
 
-    fn dtypes(&self, out: &mut Vec<DType>) {
+    fn dtypes(&self, out: &mut Vec<FloatInput>) {
         self.scales.dtypes(out)
     }
 
@@ -210,7 +220,7 @@ impl<B: Backend> Inspect for QuantizationParametersPrimitive<Instrumented<B>> {
 impl<B: Backend> Inspect for TensorPrimitive<Instrumented<B>> {
     type Inner = TensorPrimitive<B>;
 
-    fn dtypes(&self, out: &mut Vec<DType>) {
+    fn dtypes(&self, out: &mut Vec<FloatInput>) {
         if let TensorPrimitive::Float(t) = self {
             t.dtypes(out)
         }

@@ -19,7 +19,7 @@ pub use handler::{
 };
 pub use policy::{Policy, PolicyDType, PolicyError, dtype_name};
 pub use settings::{PrecisionSettings, full_precision};
-pub use tensor::{MpBool, MpFloat, MpInt, MpQuant};
+pub use tensor::{MpBool, MpFloat, MpInt, MpQuant, casts_made};
 
 /// Casts every gradient of a module to its parameter's dtype: under mixed precision,
 /// gradients come back in the dtype their backward op ran in (often the compute dtype), and

@@ -263,6 +263,12 @@ fn precision_rank(d: FloatDType) -> u8 {
 }
 
 impl Resolved {
+    /// Whether the policy computes at another dtype than it stores parameters in (so values
+    /// get cast to the compute dtype, and a cast cache pays).
+    pub(crate) fn lowers(&self) -> bool {
+        self.compute != self.param
+    }
+
     fn precision_key(&self) -> [u8; 3] {
         [self.compute, self.param, self.output].map(precision_rank)
     }

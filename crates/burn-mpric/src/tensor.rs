@@ -2,6 +2,10 @@
 //! primitive plus the precision settings it was made under.
 
 use burn_backend::quantization::{QuantPropagation, QuantScheme};
+use std::cell::Cell;
+use std::sync::{Arc, OnceLock};
+
+use burn::tensor::FloatDType;
 use burn_backend::{Backend, DType, QTensorPrimitive, Shape, TensorMetadata};
 use burn_std::quantization::QuantAcc;
 
@@ -34,10 +38,94 @@ macro_rules! primitive {
     };
 }
 
-primitive!(
-    /// A float tensor of a [`MixedPrecision`](crate::MixedPrecision) backend.
-    MpFloat => FloatTensorPrimitive
-);
+/// A float tensor of a [`MixedPrecision`](crate::MixedPrecision) backend.
+///
+/// Under a policy whose compute dtype differs from its param dtype, the value also carries
+/// its cast to the compute dtype, made on its first use by a compute op and shared by every
+/// clone of the value (the forward op and the backward that saved it use one cast, as PyTorch
+/// autocast's cache does for leaf tensors). An op result is a new value with an empty cache, so
+/// a cached cast can never be stale, and it is freed with the value.
+#[derive(Clone, Debug)]
+pub struct MpFloat<B: Backend> {
+    pub(crate) inner: B::FloatTensorPrimitive,
+    pub(crate) precision: Precision,
+    compute_cast: Option<Arc<OnceLock<B::FloatTensorPrimitive>>>,
+}
+
+impl<B: Backend> MpFloat<B> {
+    pub(crate) fn new(inner: B::FloatTensorPrimitive, precision: Precision) -> Self {
+        // Only policies that lower need a cache: the identity path stays allocation-free.
+        let compute_cast = precision.0.lowers().then(|| Arc::new(OnceLock::new()));
+        Self {
+            inner,
+            precision,
+            compute_cast,
+        }
+    }
+
+    /// This value at `target`: the shared cached cast when `target` is the compute dtype,
+    /// a new cast otherwise. `cast` converts the inner primitive.
+    pub(crate) fn cast_with(
+        self,
+        target: FloatDType,
+        cast: impl FnOnce(B::FloatTensorPrimitive) -> B::FloatTensorPrimitive,
+    ) -> Self {
+        let MpFloat {
+            inner,
+            precision,
+            compute_cast,
+        } = self;
+        let inner = match compute_cast {
+            Some(cache) if target == precision.0.compute => {
+                let cached = cache.get_or_init(|| {
+                    CASTS_MADE.with(|n| n.set(n.get() + 1));
+                    cast(inner)
+                });
+                cached.clone()
+            }
+            _ => {
+                CASTS_MADE.with(|n| n.set(n.get() + 1));
+                cast(inner)
+            }
+        };
+        Self::new(inner, precision)
+    }
+}
+
+impl<B: Backend> TensorMetadata for MpFloat<B> {
+    fn dtype(&self) -> DType {
+        self.inner.dtype()
+    }
+
+    fn shape(&self) -> Shape {
+        self.inner.shape()
+    }
+}
+
+thread_local! {
+    static CASTS_MADE: Cell<u64> = const { Cell::new(0) };
+}
+
+/// The number of dtype casts the decorator has made on this thread for its own policy
+/// (inputs cast to an op's dtype; casts the program asks for are not counted). Cached casts
+/// reused by a later op are not made again. For benchmarks and tests.
+///
+/// ```
+/// use burn::backend::Flex;
+/// use burn::tensor::Tensor;
+/// use burn_mpric::{MixedPrecision, Policy, casts_made};
+///
+/// type B = MixedPrecision<Flex>;
+/// let device = B::device(Default::default(), "mixed_bf16".parse::<Policy>().unwrap()).unwrap();
+/// let w = Tensor::<B, 2>::ones([4, 4], &device);
+/// let before = casts_made();
+/// let _ = w.clone().matmul(w.clone()); // the f32 value is cast to bf16 once
+/// let _ = w.clone().matmul(w.clone()); // and reused
+/// assert_eq!(casts_made() - before, 1);
+/// ```
+pub fn casts_made() -> u64 {
+    CASTS_MADE.with(Cell::get)
+}
 primitive!(
     /// An int tensor of a [`MixedPrecision`](crate::MixedPrecision) backend.
     MpInt => IntTensorPrimitive

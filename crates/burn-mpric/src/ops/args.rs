@@ -85,7 +85,10 @@ impl<B: Backend> Arg<B> for MpFloat<B> {
 
     fn cast(self, target: Option<FloatDType>) -> Self {
         match target {
-            Some(target) => MpFloat::new(cast_inner::<B>(self.inner, target), self.precision),
+            Some(target) if float_dtype(&self.inner) != target => {
+                self.cast_with(target, |inner| B::float_cast(inner, target))
+            }
+            Some(_) => self,
             None => self,
         }
     }
