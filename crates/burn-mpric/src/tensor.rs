@@ -40,11 +40,13 @@ macro_rules! primitive {
 
 /// A float tensor of a [`MixedPrecision`](crate::MixedPrecision) backend.
 ///
-/// Under a policy whose compute dtype differs from its param dtype, the value also carries
-/// its cast to the compute dtype, made on its first use by a compute op and shared by every
-/// clone of the value (the forward op and the backward that saved it use one cast, as PyTorch
-/// autocast's cache does for leaf tensors). An op result is a new value with an empty cache, so
-/// a cached cast can never be stale, and it is freed with the value.
+/// Under a policy whose compute dtype differs from its param dtype, the value can also carry
+/// its cast to the compute dtype, made on its first use as the weight or bias of a module op
+/// (linear, convolutions) and shared by every clone of the value: the forward op and the
+/// backward that saved it use one cast, as PyTorch autocast's cache does for leaf tensors.
+/// An op result is a new value with an empty cache, so a cached cast can never be stale, and it
+/// is freed with the value. Activations are not cached (their half copies would sit beside the
+/// full-precision values autodiff saves for backward).
 #[derive(Clone, Debug)]
 pub struct MpFloat<B: Backend> {
     pub(crate) inner: B::FloatTensorPrimitive,
@@ -63,11 +65,13 @@ impl<B: Backend> MpFloat<B> {
         }
     }
 
-    /// This value at `target`: the shared cached cast when `target` is the compute dtype,
-    /// a new cast otherwise. `cast` converts the inner primitive.
+    /// This value at `target`: with `cached` and `target` the compute dtype, the value's
+    /// shared cast (made now if it is the first); a new cast otherwise. `cast` converts the
+    /// inner primitive.
     pub(crate) fn cast_with(
         self,
         target: FloatDType,
+        cached: bool,
         cast: impl FnOnce(B::FloatTensorPrimitive) -> B::FloatTensorPrimitive,
     ) -> Self {
         let MpFloat {
@@ -76,7 +80,7 @@ impl<B: Backend> MpFloat<B> {
             compute_cast,
         } = self;
         let inner = match compute_cast {
-            Some(cache) if target == precision.0.compute => {
+            Some(cache) if cached && target == precision.0.compute => {
                 let cached = cache.get_or_init(|| {
                     CASTS_MADE.with(|n| n.set(n.get() + 1));
                     cast(inner)
@@ -118,10 +122,11 @@ thread_local! {
 /// type B = MixedPrecision<Flex>;
 /// let device = B::device(Default::default(), "mixed_bf16".parse::<Policy>().unwrap()).unwrap();
 /// let w = Tensor::<B, 2>::ones([4, 4], &device);
+/// let x = Tensor::<B, 2>::ones([2, 4], &device);
 /// let before = casts_made();
-/// let _ = w.clone().matmul(w.clone()); // the f32 value is cast to bf16 once
-/// let _ = w.clone().matmul(w.clone()); // and reused
-/// assert_eq!(casts_made() - before, 1);
+/// let _ = burn::tensor::module::linear(x.clone(), w.clone(), None); // x and w cast to bf16
+/// let _ = burn::tensor::module::linear(x.clone(), w.clone(), None); // x again, w reused
+/// assert_eq!(casts_made() - before, 3);
 /// ```
 pub fn casts_made() -> u64 {
     CASTS_MADE.with(Cell::get)

@@ -8,6 +8,7 @@ use burn::nn::{Linear, LinearConfig};
 use burn::optim::GradientsParams;
 use burn::tensor::activation::relu;
 use burn::tensor::backend::Backend;
+use burn::tensor::module::linear;
 use burn::tensor::{DType, Tensor, TensorData};
 use burn_mpric::instrument::{Instrumented, record};
 use burn_mpric::{MixedPrecision, Policy, cast_grads_to_param_dtype};
@@ -100,23 +101,26 @@ fn a_new_value_never_inherits_a_cast_and_the_identity_policy_casts_nothing() {
         TensorData::new(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2]),
         &device,
     );
-    let (_, ops) = record(|| {
-        let a = w.clone().matmul(w.clone()); // casts w once
-        let b = w.clone().matmul(w.clone()); // reuses it
-        // A new f32 value (w + 1) is cast afresh, and its product uses the new values.
+    let x = Tensor::<Mp, 2>::from_data(TensorData::new(vec![0.5f32, -1.0], [1, 2]), &device);
+    let (w2, ops) = record(|| {
+        let _ = linear(x.clone(), w.clone(), None); // casts x and w
+        let _ = linear(x.clone(), w.clone(), None); // casts x, reuses w's cast
+        // A new f32 value (w + 1) is cast afresh.
         let w2 = w.clone().add_scalar(1.0);
-        let c = w2.clone().matmul(w2);
-        (a, b, c)
+        let _ = linear(x.clone(), w2.clone(), None); // casts x and w2
+        w2
     });
     let casts = ops.iter().filter(|op| op.op == "float_cast").count();
-    assert_eq!(casts, 2, "{ops:?}");
-    let c = Tensor::<Mp, 2>::from_data(
+    assert_eq!(casts, 5, "{ops:?}");
+    // The product with the new value uses its values, not w's cached ones.
+    let fresh = Tensor::<Mp, 2>::from_data(
         TensorData::new(vec![2.0f32, 3.0, 4.0, 5.0], [2, 2]),
         &device,
     );
-    let expected = c.clone().matmul(c).into_data();
-    let w2 = w.clone().add_scalar(1.0);
-    assert_eq!(w2.clone().matmul(w2).into_data(), expected);
+    assert_eq!(
+        linear(x.clone(), w2, None).into_data(),
+        linear(x, fresh, None).into_data()
+    );
 
     assert!(step_casts("f32").is_empty());
 }

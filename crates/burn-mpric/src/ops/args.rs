@@ -35,8 +35,9 @@ pub(crate) trait Arg<B: Backend>: Sized {
     /// Adds the dtypes of the float tensors in the argument.
     fn collect(&self, _inputs: &mut InputDTypes) {}
 
-    /// Casts the float tensors in the argument to `target`.
-    fn cast(self, _target: Option<FloatDType>) -> Self {
+    /// Casts the float tensors in the argument to `target`; with `cached`, a cast to the
+    /// compute dtype is taken from (or stored in) the value's cast cache.
+    fn cast(self, _target: Option<FloatDType>, _cached: bool) -> Self {
         self
     }
 
@@ -61,6 +62,15 @@ pub(crate) fn float_dtype(tensor: &impl TensorMetadata) -> FloatDType {
     }
 }
 
+/// Whether an argument's cast to the compute dtype is kept with its value: the parameters of
+/// module ops (`weight`, `bias`), which forward and backward both use, as PyTorch autocast
+/// keeps the casts of leaf tensors, and the output gradient a module op's backward entry points
+/// share (short-lived). Activations are cast afresh: keeping their half copies beside the
+/// full-precision values autodiff saves for backward would raise activation memory.
+pub(crate) fn caches_cast(arg: &str) -> bool {
+    matches!(arg, "weight" | "bias" | "output_grad")
+}
+
 pub(crate) fn cast_inner<B: Backend>(
     tensor: B::FloatTensorPrimitive,
     target: FloatDType,
@@ -83,10 +93,10 @@ impl<B: Backend> Arg<B> for MpFloat<B> {
         inputs.push(float_dtype(&self.inner));
     }
 
-    fn cast(self, target: Option<FloatDType>) -> Self {
+    fn cast(self, target: Option<FloatDType>, cached: bool) -> Self {
         match target {
             Some(target) if float_dtype(&self.inner) != target => {
-                self.cast_with(target, |inner| B::float_cast(inner, target))
+                self.cast_with(target, cached, |inner| B::float_cast(inner, target))
             }
             Some(_) => self,
             None => self,
@@ -157,8 +167,8 @@ impl<B: Backend, T: Arg<B>> Arg<B> for Option<T> {
         }
     }
 
-    fn cast(self, target: Option<FloatDType>) -> Self {
-        self.map(|t| t.cast(target))
+    fn cast(self, target: Option<FloatDType>, cached: bool) -> Self {
+        self.map(|t| t.cast(target, cached))
     }
 
     fn into_inner(self) -> Self::Inner {
@@ -179,8 +189,8 @@ impl<B: Backend, T: Arg<B>> Arg<B> for Vec<T> {
         self.iter().for_each(|t| t.collect(inputs))
     }
 
-    fn cast(self, target: Option<FloatDType>) -> Self {
-        self.into_iter().map(|t| t.cast(target)).collect()
+    fn cast(self, target: Option<FloatDType>, cached: bool) -> Self {
+        self.into_iter().map(|t| t.cast(target, cached)).collect()
     }
 
     fn into_inner(self) -> Self::Inner {
@@ -218,9 +228,9 @@ impl<B: Backend> Arg<B> for TensorPrimitive<MixedPrecision<B>> {
         }
     }
 
-    fn cast(self, target: Option<FloatDType>) -> Self {
+    fn cast(self, target: Option<FloatDType>, cached: bool) -> Self {
         match self {
-            TensorPrimitive::Float(t) => TensorPrimitive::Float(t.cast(target)),
+            TensorPrimitive::Float(t) => TensorPrimitive::Float(t.cast(target, cached)),
             quantized => quantized,
         }
     }

@@ -25,7 +25,11 @@ macro_rules! forward_ops {
         let mut inputs = $crate::settings::InputDTypes::default();
         $( $crate::ops::args::Arg::<B>::collect(&$arg, &mut inputs); )*
         let target = $precision.0.target($crate::category::Op::$op, &inputs);
-        $( let $arg = $crate::ops::args::Arg::<B>::cast($arg, target); )*
+        $( let $arg = $crate::ops::args::Arg::<B>::cast(
+            $arg,
+            target,
+            $crate::ops::args::caches_cast(stringify!($arg)),
+        ); )*
     };
 }
 
