@@ -1,6 +1,8 @@
-//! Interleaved timing: every variant of a group runs once per round (A B C D A B C D ...), so
-//! that a slow phase of a noisy machine hits all variants alike, and the ratios between them
-//! are read from one run.
+//! Interleaved timing: every variant of a group runs once per round, so that a slow phase of a
+//! noisy machine hits all variants alike, and the ratios between them are read from one run.
+//! Each round starts one variant later than the one before (A B C D, B C D A, C D A B, ...):
+//! no variant always runs first, right after the previous round's last (its caches, its
+//! allocator state, a driver's queued work), or always last.
 
 use std::time::{Duration, Instant};
 
@@ -70,6 +72,12 @@ impl Samples {
     }
 }
 
+/// The order the `n` cases run in during round `round`: a rotation that starts at case
+/// `round % n`.
+fn round_order(round: usize, n: usize) -> impl Iterator<Item = usize> {
+    (0..n).map(move |i| (round + i) % n)
+}
+
 fn time_iters(case: &mut dyn Case, iters: usize) -> f64 {
     let start = Instant::now();
     for _ in 0..iters {
@@ -78,8 +86,8 @@ fn time_iters(case: &mut dyn Case, iters: usize) -> f64 {
     start.elapsed().as_secs_f64() * 1e3 / iters as f64
 }
 
-/// Warms every case up, then measures them interleaved; returns one [`Samples`] per case, in
-/// order.
+/// Warms every case up, then measures them interleaved, in rotated order (see the module
+/// docs); returns one [`Samples`] per case, in the order of `cases`.
 pub fn measure_interleaved(cases: &mut [Box<dyn Case>], budget: Budget) -> Vec<Samples> {
     if cases.is_empty() {
         return Vec::new();
@@ -87,8 +95,8 @@ pub fn measure_interleaved(cases: &mut [Box<dyn Case>], budget: Budget) -> Vec<S
     // Warm-up, interleaved too; the last warm-up iteration of each case sizes the samples.
     let mut slowest = 0.0f64;
     for round in 0..budget.warmup.max(1) {
-        for case in cases.iter_mut() {
-            let ms = time_iters(case.as_mut(), 1);
+        for i in round_order(round, cases.len()) {
+            let ms = time_iters(cases[i].as_mut(), 1);
             if round + 1 == budget.warmup.max(1) {
                 slowest = slowest.max(ms);
             }
@@ -109,8 +117,8 @@ pub fn measure_interleaved(cases: &mut [Box<dyn Case>], budget: Budget) -> Vec<S
         if round >= budget.min_rounds && start.elapsed() >= budget.time_limit {
             break;
         }
-        for (case, samples) in cases.iter_mut().zip(samples.iter_mut()) {
-            samples.ms.push(time_iters(case.as_mut(), iters));
+        for i in round_order(round, cases.len()) {
+            samples[i].ms.push(time_iters(cases[i].as_mut(), iters));
         }
     }
     samples
@@ -118,6 +126,9 @@ pub fn measure_interleaved(cases: &mut [Box<dyn Case>], budget: Budget) -> Vec<S
 
 #[cfg(test)]
 mod tests {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
     use super::*;
 
     struct Sleep(u64);
@@ -130,6 +141,50 @@ mod tests {
         fn output(&mut self) -> Vec<f32> {
             vec![self.0 as f32]
         }
+    }
+
+    /// Appends its index to a shared log at every iteration.
+    struct Logged {
+        index: usize,
+        log: Rc<RefCell<Vec<usize>>>,
+    }
+
+    impl Case for Logged {
+        fn step(&mut self) {
+            self.log.borrow_mut().push(self.index);
+        }
+
+        fn output(&mut self) -> Vec<f32> {
+            Vec::new()
+        }
+    }
+
+    #[test]
+    fn rounds_rotate_the_order() {
+        let orders: Vec<Vec<usize>> = (0..4).map(|r| round_order(r, 3).collect()).collect();
+        assert_eq!(orders, [[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 1, 2]]);
+
+        let log = Rc::new(RefCell::new(Vec::new()));
+        let mut cases: Vec<Box<dyn Case>> = (0..3)
+            .map(|index| {
+                Box::new(Logged {
+                    index,
+                    log: log.clone(),
+                }) as Box<dyn Case>
+            })
+            .collect();
+        let budget = Budget {
+            warmup: 1,
+            min_rounds: 3,
+            max_rounds: 3,
+            time_limit: Duration::ZERO,
+            // One iteration per sample.
+            min_sample: Duration::ZERO,
+        };
+        let samples = measure_interleaved(&mut cases, budget);
+        assert!(samples.iter().all(|s| s.ms.len() == 3));
+        // The warm-up round, then the three measured rounds, each one step further.
+        assert_eq!(*log.borrow(), [0, 1, 2, 0, 1, 2, 1, 2, 0, 2, 0, 1]);
     }
 
     #[test]

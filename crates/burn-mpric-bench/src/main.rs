@@ -1,7 +1,8 @@
 //! `mpric-bench`: the burn-mpric benchmark suite. For each workload and backend available on
-//! the machine, the bare backend against `MixedPrecision` at the identity, f16 and bf16
-//! policies, measured interleaved in one run: median / min / max time, ratio to the bare
-//! backend, peak memory, numeric error against f32. Writes `report.md`, `report.json` and
+//! the machine, the bare backend at f32 against `MixedPrecision` at the identity, f16 and bf16
+//! policies (and, on the transformer steps, against the bare backend training the model stored
+//! at f16 or bf16: "pure half"), measured interleaved in one run: median / min / max time,
+//! ratio to f32, peak memory, numeric error against f32. Writes `report.md`, `report.json` and
 //! `report.svg` to `--out` (default `target/bench`).
 //!
 //! `cargo xtask bench [--full] [--backend flex|wgpu|cuda] [--workload NAME]`
@@ -22,6 +23,7 @@ use burn::backend::wgpu::{WgpuDevice, WgpuRuntime};
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 use clap::{Parser, ValueEnum};
+use cubecl::Runtime;
 
 use crate::harness::Budget;
 use crate::memory::{CountingAlloc, MemorySource};
@@ -81,6 +83,7 @@ fn budget(full: bool) -> Budget {
     }
 }
 
+/// A single-layer transformer encoder of this shape.
 fn transformer(batch: usize, seq: usize, d_model: usize, heads: usize, d_ff: usize) -> Spec {
     Spec::Transformer {
         batch,
@@ -88,6 +91,24 @@ fn transformer(batch: usize, seq: usize, d_model: usize, heads: usize, d_ff: usi
         d_model,
         heads,
         d_ff,
+        layers: 1,
+    }
+}
+
+/// The `transformer_activations_step` shape, the same on every backend and in both modes:
+/// 2 layers, d_model 128, 4 heads, feed-forward 512 (0.4 M parameters: 1.5 MiB at f32, 6 MiB
+/// with their gradients and Adam's moments) on 16 x 256 tokens, whose activations (the
+/// attention maps `[16, 4, 256, 256]` alone are 16 MiB per layer at f32) dominate the step's
+/// memory. Small enough for the ordinary budget on a software Vulkan driver: a step takes
+/// about 3 s on lavapipe with 2 cores.
+fn transformer_activations() -> Spec {
+    Spec::Transformer {
+        batch: 16,
+        seq: 256,
+        d_model: 128,
+        heads: 4,
+        d_ff: 512,
+        layers: 2,
     }
 }
 
@@ -108,6 +129,7 @@ fn cpu_sizes(full: bool) -> Sizes {
             conv: conv(16, 32, 64, 64),
             mlp: (256, vec![512, 1024, 1024, 64]),
             transformer: transformer(16, 128, 256, 8, 1024),
+            transformer_activations: transformer_activations(),
         }
     } else {
         Sizes {
@@ -115,6 +137,7 @@ fn cpu_sizes(full: bool) -> Sizes {
             conv: conv(8, 16, 32, 32),
             mlp: (128, vec![256, 512, 512, 16]),
             transformer: transformer(8, 64, 64, 4, 256),
+            transformer_activations: transformer_activations(),
         }
     }
 }
@@ -128,6 +151,7 @@ fn gpu_sizes(full: bool) -> Sizes {
             conv: conv(64, 64, 128, 64),
             mlp: (2048, vec![1024, 4096, 4096, 1024]),
             transformer: transformer(32, 512, 1024, 16, 4096),
+            transformer_activations: transformer_activations(),
         }
     } else {
         Sizes {
@@ -135,6 +159,7 @@ fn gpu_sizes(full: bool) -> Sizes {
             conv: conv(4, 8, 16, 16),
             mlp: (64, vec![128, 256, 256, 16]),
             transformer: transformer(8, 64, 64, 4, 256),
+            transformer_activations: transformer_activations(),
         }
     }
 }
@@ -166,7 +191,7 @@ fn probe<B: Backend>(device: &B::Device) -> Result<String, String> {
 
 /// The bytes in use on a cubecl device, as seen by the stream of the calling thread (cubecl
 /// keeps one memory pool per stream: the poller thread reads the main thread's).
-fn cubecl_memory<R: cubecl::Runtime>(device: R::Device) -> MemorySource {
+fn cubecl_memory<R: Runtime>(device: R::Device) -> MemorySource {
     let stream = cubecl::stream_id::StreamId::current();
     MemorySource::Device(Arc::new(move || {
         stream
@@ -174,6 +199,70 @@ fn cubecl_memory<R: cubecl::Runtime>(device: R::Device) -> MemorySource {
             .map(|usage| usage.bytes_in_use)
             .map_err(|e| format!("cubecl memory_usage failed: {e:?}"))
     }))
+}
+
+/// The logical cores available to the process.
+fn cores() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+/// A positive thread count from the environment variable `var`.
+fn threads_from_env(var: &str) -> Option<usize> {
+    std::env::var(var).ok()?.parse().ok().filter(|n| *n > 0)
+}
+
+/// The threads Flex computes on. burn-flex (with its `rayon` feature, on by default) runs its
+/// kernels on rayon's global pool; rayon is not a dependency of this crate (burn does not
+/// re-export it), so `rayon::current_num_threads()` is out of reach, and the figure is the
+/// size rayon gives its global pool, derived the way rayon derives it.
+fn flex_threads() -> String {
+    let how = "rayon global pool; rayon is not a dependency of the bench, so this is the size \
+               rayon gives that pool, not rayon::current_num_threads()";
+    match threads_from_env("RAYON_NUM_THREADS") {
+        Some(n) => format!("{n} ({how}: RAYON_NUM_THREADS={n})"),
+        None => format!(
+            "{} ({how}: std::thread::available_parallelism(), RAYON_NUM_THREADS unset)",
+            cores()
+        ),
+    }
+}
+
+/// The kind of a wgpu adapter, from the type id cubecl gives its devices.
+fn adapter_kind(type_id: u16) -> &'static str {
+    match type_id {
+        0 => "discrete GPU",
+        1 => "integrated GPU",
+        2 => "virtual GPU",
+        3 => "CPU",
+        _ => "other",
+    }
+}
+
+/// The threads Wgpu's kernels run on: the driver's, not the process's. cubecl does not keep
+/// the adapter's name, but its kinds can be listed: on a CPU adapter (a software Vulkan driver
+/// such as Mesa's lavapipe) the driver runs the kernels on its own worker threads.
+fn wgpu_threads(device: &WgpuDevice) -> String {
+    let client = WgpuRuntime::client(device);
+    let kinds: Vec<&str> = client
+        .enumerate_all_devices()
+        .iter()
+        .map(|d| adapter_kind(d.type_id))
+        .collect();
+    let api = format!("{:?}", client.info());
+    if !kinds.is_empty() && kinds.iter().all(|k| *k == "CPU") {
+        let pool = match threads_from_env("LP_NUM_THREADS") {
+            Some(n) => format!("LP_NUM_THREADS={n}"),
+            None => format!("one per core by default: {}", cores()),
+        };
+        format!(
+            "driver-managed: a CPU adapter ({api}; a software driver such as lavapipe, whose \
+             own worker threads run the kernels, {pool})"
+        )
+    } else {
+        format!("driver-managed ({api} adapters: {})", kinds.join(", "))
+    }
 }
 
 struct Collected {
@@ -187,11 +276,13 @@ fn run_on<I: Backend>(
     workloads: &[Workload],
     out: &mut Collected,
     detail: String,
+    threads: String,
 ) {
     out.backends.push(BackendInfo {
         name: setup.name.into(),
         ran: true,
         detail,
+        threads,
         memory: setup.memory.describe(),
     });
     let (rows, casts) = run_backend(&setup, workloads);
@@ -205,6 +296,7 @@ fn skipped(out: &mut Collected, name: &str, why: String) {
         name: name.into(),
         ran: false,
         detail: why,
+        threads: "-".into(),
         memory: "-".into(),
     });
 }
@@ -226,6 +318,7 @@ fn run_cuda(args: &Args, workloads: &[Workload], out: &mut Collected) {
             workloads,
             out,
             name,
+            "driver-managed (CUDA: the GPU's own)".into(),
         ),
         Err(why) => skipped(out, "cuda", format!("no CUDA device: {why}")),
     }
@@ -269,9 +362,7 @@ fn machine(load_at_start: String) -> Machine {
     vulkan_icds.sort();
     Machine {
         cpu: first_line_of("/proc/cpuinfo", "model name").unwrap_or_else(|| "unknown".into()),
-        cores: std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1),
+        cores: cores(),
         memory,
         os: first_line_of("/etc/os-release", "PRETTY_NAME")
             .unwrap_or_else(|| std::env::consts::OS.into()),
@@ -334,6 +425,7 @@ fn main() -> ExitCode {
             &workloads,
             &mut out,
             name,
+            flex_threads(),
         );
     }
     if wanted(BackendKind::Wgpu) {
@@ -344,13 +436,14 @@ fn main() -> ExitCode {
                 Setup::<W> {
                     name: "wgpu",
                     device: device.clone(),
-                    memory: cubecl_memory::<WgpuRuntime>(device),
+                    memory: cubecl_memory::<WgpuRuntime>(device.clone()),
                     sizes: gpu_sizes(args.full),
                     budget: budget(args.full),
                 },
                 &workloads,
                 &mut out,
                 name,
+                wgpu_threads(&device),
             ),
             Err(why) => skipped(&mut out, "wgpu", format!("no adapter: {why}")),
         }
@@ -415,13 +508,19 @@ mod tests {
             "mlp_step",
             "--workload",
             "transformer_block_step",
+            "--workload",
+            "transformer_activations_step",
         ])
         .unwrap();
         assert!(args.full);
         assert_eq!(args.backend, vec![BackendKind::Wgpu]);
         assert_eq!(
             args.workload,
-            vec![Workload::MlpStep, Workload::TransformerBlockStep]
+            vec![
+                Workload::MlpStep,
+                Workload::TransformerBlockStep,
+                Workload::TransformerActivationsStep
+            ]
         );
         assert!(Args::try_parse_from(["mpric-bench", "--workload", "nope"]).is_err());
     }

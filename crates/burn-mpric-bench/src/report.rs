@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::memory::Peak;
-use crate::run::{CastRow, Measured, NumError, Row};
+use crate::run::{CastRow, Measured, NumError, Row, Variant};
 use crate::workloads::Workload;
 
 /// The machine the run came from.
@@ -35,6 +35,8 @@ pub struct BackendInfo {
     pub ran: bool,
     /// Its name as Burn reports it, or why it did not run.
     pub detail: String,
+    /// The threads it computes on, and where the figure comes from.
+    pub threads: String,
     /// Where its memory figures come from.
     pub memory: String,
 }
@@ -89,14 +91,14 @@ fn measured(row: &Row) -> Option<&Measured> {
     row.result.as_ref().ok()
 }
 
-/// Evaluates the three targets of the suite on `rows`.
+/// Evaluates the targets of the suite on `rows`.
 pub fn targets(rows: &[Row], backends: &[BackendInfo]) -> Vec<Target> {
     let mut out = Vec::new();
 
     // 1. The identity policy costs at most 3% on the MLP training step.
     let identity: Vec<(String, f64)> = rows
         .iter()
-        .filter(|r| r.workload == Workload::MlpStep && r.variant == "identity")
+        .filter(|r| r.workload == Workload::MlpStep && r.variant == Variant::Identity.name())
         .filter_map(|r| measured(r).map(|m| (r.backend.clone(), m.ratio_to_bare)))
         .collect();
     out.push(judge(
@@ -124,7 +126,7 @@ pub fn targets(rows: &[Row], backends: &[BackendInfo]) -> Vec<Target> {
         if let (Some(a), Some(b)) = (without.and_then(measured), measured(with)) {
             let ratio = b.median_ms / a.median_ms;
             let text = format!("{} {base}: {:+.1}%", with.backend, (ratio - 1.0) * 100.0);
-            if base == "mixed_f16" {
+            if base == Variant::MixedF16.name() {
                 scaler.push((text, ratio <= 1.05));
             } else {
                 reference.push(text);
@@ -146,52 +148,196 @@ pub fn targets(rows: &[Row], backends: &[BackendInfo]) -> Vec<Target> {
     }
     out.push(target);
 
-    // 3. f16 peak memory of the transformer block step on Wgpu.
-    let find = |variant: &str| {
-        rows.iter().find(|r| {
-            r.workload == Workload::TransformerBlockStep
-                && r.backend == "wgpu"
-                && r.variant == variant
-        })
-    };
-    let name = "Peak memory at f16, transformer_block_step on wgpu";
-    let requirement = "peak bytes mixed_f16 / bare f32 <= 0.65";
-    let memory_target = match (find("bare"), find("mixed_f16")) {
-        (Some(bare), Some(f16)) => match (measured(bare), &f16.result) {
-            (_, Err(reason)) => not_measured(name, requirement, format!("mixed_f16: {reason}")),
-            (Some(b), Ok(h)) => match (&b.peak, &h.peak) {
-                (Peak::Bytes { bytes: fb }, Peak::Bytes { bytes: hb }) if *fb > 0 => {
-                    let ratio = *hb as f64 / *fb as f64;
-                    Target {
-                        name: name.into(),
-                        requirement: requirement.into(),
-                        measured: format!("{ratio:.3} ({} vs {})", bytes(*hb), bytes(*fb)),
-                        verdict: if ratio <= 0.65 {
-                            Verdict::Met
-                        } else {
-                            Verdict::Missed
-                        },
-                    }
-                }
-                (Peak::NotReported { reason }, _) | (_, Peak::NotReported { reason }) => {
-                    not_measured(name, requirement, reason.clone())
-                }
-                _ => not_measured(name, requirement, "zero bytes reported for f32".into()),
-            },
-            (None, _) => not_measured(name, requirement, "bare f32 did not run".into()),
-        },
-        _ => {
-            let why = backends
-                .iter()
-                .find(|b| b.name == "wgpu")
-                .filter(|b| !b.ran)
-                .map(|b| format!("wgpu did not run: {}", b.detail))
-                .unwrap_or_else(|| "transformer_block_step was not run on wgpu".into());
-            not_measured(name, requirement, why)
-        }
-    };
-    out.push(memory_target);
+    // 3, 4. f16 peak memory of the transformer steps on Wgpu: the one-block step, and the step
+    // whose activations dominate its memory, where halving the activations must show.
+    out.push(memory_target(
+        rows,
+        backends,
+        Workload::TransformerBlockStep,
+        0.65,
+    ));
+    out.push(memory_target(
+        rows,
+        backends,
+        Workload::TransformerActivationsStep,
+        0.60,
+    ));
+
+    // 5. Mixed precision against its ideal, the same model stored at the half dtype.
+    out.push(pure_half_time_target(
+        rows,
+        Workload::TransformerActivationsStep,
+        1.15,
+    ));
     out
+}
+
+/// The row of `variant` in `workload` on `backend`.
+fn find<'a>(
+    rows: &'a [Row],
+    workload: Workload,
+    backend: &str,
+    variant: Variant,
+) -> Option<&'a Row> {
+    rows.iter()
+        .find(|r| r.workload == workload && r.backend == backend && r.variant == variant.name())
+}
+
+/// The backends `workload` has rows on, in report order.
+fn backends_of(rows: &[Row], workload: Workload) -> Vec<&str> {
+    let mut out: Vec<&str> = Vec::new();
+    for r in rows.iter().filter(|r| r.workload == workload) {
+        if !out.contains(&r.backend.as_str()) {
+            out.push(&r.backend);
+        }
+    }
+    out
+}
+
+/// A variant's peak memory over the f32 baseline's, from the same group.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct PeakRatio {
+    ratio: f64,
+    bytes: u64,
+    f32_bytes: u64,
+}
+
+impl std::fmt::Display for PeakRatio {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:.3} ({} vs {})",
+            self.ratio,
+            bytes(self.bytes),
+            bytes(self.f32_bytes)
+        )
+    }
+}
+
+/// The [`PeakRatio`] of `variant` in `workload` on `backend`, or why there is none.
+fn peak_ratio(
+    rows: &[Row],
+    workload: Workload,
+    backend: &str,
+    variant: Variant,
+) -> Result<PeakRatio, String> {
+    let row = find(rows, workload, backend, variant)
+        .ok_or_else(|| format!("{} was not run on {backend}", workload.name()))?;
+    let half = row
+        .result
+        .as_ref()
+        .map_err(|reason| format!("{}: {reason}", variant.name()))?;
+    let f32_row = find(rows, workload, backend, Variant::Bare)
+        .and_then(measured)
+        .ok_or_else(|| "the f32 baseline did not run".to_string())?;
+    match (&f32_row.peak, &half.peak) {
+        (Peak::Bytes { bytes: f32_bytes }, Peak::Bytes { bytes }) if *f32_bytes > 0 => {
+            Ok(PeakRatio {
+                ratio: *bytes as f64 / *f32_bytes as f64,
+                bytes: *bytes,
+                f32_bytes: *f32_bytes,
+            })
+        }
+        (Peak::NotReported { reason }, _) | (_, Peak::NotReported { reason }) => {
+            Err(reason.clone())
+        }
+        _ => Err("zero bytes reported for f32".into()),
+    }
+}
+
+/// Peak memory of `mixed_f16` over the f32 baseline's, in `workload`, judged on Wgpu against
+/// `limit`. The other backends' ratios, and those of the other half-precision variants, are
+/// listed for reference.
+fn memory_target(rows: &[Row], backends: &[BackendInfo], workload: Workload, limit: f64) -> Target {
+    let name = format!("Peak memory at f16, {} on wgpu", workload.name());
+    let requirement = format!("peak bytes mixed_f16 / f32 <= {limit:.2}");
+    let wgpu_ran = backends.iter().find(|b| b.name == "wgpu");
+    let mut target = match (
+        wgpu_ran,
+        peak_ratio(rows, workload, "wgpu", Variant::MixedF16),
+    ) {
+        (_, Ok(r)) => Target {
+            name: name.clone(),
+            requirement: requirement.clone(),
+            measured: r.to_string(),
+            verdict: if r.ratio <= limit {
+                Verdict::Met
+            } else {
+                Verdict::Missed
+            },
+        },
+        (Some(b), Err(_)) if !b.ran => not_measured(
+            &name,
+            &requirement,
+            format!("wgpu did not run: {}", b.detail),
+        ),
+        (_, Err(why)) => not_measured(&name, &requirement, why),
+    };
+    let half_variants = [
+        Variant::MixedF16,
+        Variant::MixedBf16,
+        Variant::PureF16,
+        Variant::PureBf16,
+    ];
+    let reference: Vec<String> = backends_of(rows, workload)
+        .into_iter()
+        .flat_map(|b| half_variants.map(|v| (b, v)))
+        .filter(|(b, v)| !(*b == "wgpu" && *v == Variant::MixedF16))
+        .filter_map(|(b, v)| {
+            peak_ratio(rows, workload, b, v)
+                .ok()
+                .map(|r| format!("{b} {}: {:.3}", v.name(), r.ratio))
+        })
+        .collect();
+    if !reference.is_empty() {
+        target.measured = format!(
+            "{} (for reference: {})",
+            target.measured,
+            reference.join("; ")
+        );
+    }
+    target
+}
+
+/// Median step time of each mixed variant over its pure-half counterpart (the bare backend
+/// training the model stored at the same half dtype, timed in the same interleaved rounds)
+/// in `workload`, on every backend where both ran: what the decorator's casts and f32
+/// master weights cost against the ideal.
+fn pure_half_time_target(rows: &[Row], workload: Workload, limit: f64) -> Target {
+    let pairs = [
+        (Variant::MixedF16, Variant::PureF16),
+        (Variant::MixedBf16, Variant::PureBf16),
+    ];
+    let values = backends_of(rows, workload)
+        .into_iter()
+        .flat_map(|b| pairs.map(|pair| (b, pair)))
+        .filter_map(|(b, (mixed, pure))| {
+            let m = find(rows, workload, b, mixed).and_then(measured)?;
+            let p = find(rows, workload, b, pure).and_then(measured)?;
+            let ratio = m.median_ms / p.median_ms;
+            Some((
+                format!(
+                    "{b} {} / {}: {ratio:.3} ({} vs {} ms)",
+                    mixed.name(),
+                    pure.name(),
+                    ms(m.median_ms),
+                    ms(p.median_ms)
+                ),
+                ratio <= limit,
+            ))
+        })
+        .collect();
+    judge(
+        &format!("Mixed vs pure half time, {}", workload.name()),
+        &format!(
+            "median ms mixed_f16 / pure_f16 (and bf16 where run) <= {limit:.2} on every backend"
+        ),
+        values,
+        &format!(
+            "{} was not run with both a mixed and a pure-half variant",
+            workload.name()
+        ),
+    )
 }
 
 fn not_measured(name: &str, requirement: &str, why: String) -> Target {
@@ -302,13 +448,17 @@ impl Report {
             "- Load average (1 min), start -> end: {}",
             m.load_average
         );
+        let _ = writeln!(s, "\n## Backends\n");
+        let _ = writeln!(s, "| backend | ran | detail | threads | memory figures |");
+        let _ = writeln!(s, "| --- | --- | --- | --- | --- |");
         for b in &self.backends {
             let _ = writeln!(
                 s,
-                "- Backend `{}`: {} — {}; memory: {}",
+                "| {} | {} | {} | {} | {} |",
                 b.name,
-                if b.ran { "ran" } else { "did not run" },
+                if b.ran { "yes" } else { "no" },
                 b.detail,
+                b.threads,
                 b.memory
             );
         }
@@ -329,15 +479,19 @@ impl Report {
         let _ = writeln!(
             s,
             "Times are per iteration (ms), each iteration ending with a device sync. All variants \
-             of a group ran interleaved in the same rounds; ratio = median / median of `bare` \
-             from those rounds. Peak memory: above what was in use before the case was built \
-             (inputs, parameters, optimizer state, activations). Error: against `bare` (f32) \
-             from the same init and inputs, on the forward result (matmul, conv2d) or on the \
-             model's prediction after 3 training steps; rel = max abs error / max |reference|.\n"
+             of a group ran interleaved in the same rounds, each round starting one variant \
+             later; ratio = median / median of the f32 baseline (the bare backend, first row of \
+             the group) from those rounds. `pure_*` rows: the bare backend training the model \
+             stored at that half dtype (parameters, gradients and Adam moments), the ideal \
+             mixed precision is compared with. Peak memory: above what was in use before the \
+             case was built (inputs, parameters, optimizer state, activations). Error: against \
+             the f32 baseline from the same init and inputs, on the forward result (matmul, \
+             conv2d) or on the model's prediction after 3 training steps; rel = max abs error / \
+             max |reference|.\n"
         );
         let _ = writeln!(
             s,
-            "| workload | size | backend | variant | median ms | min ms | max ms | rounds x iters | ratio to bare | peak memory | max abs err | rel err | note |"
+            "| workload | size | backend | variant | median ms | min ms | max ms | rounds x iters | ratio to f32 | peak memory | max abs err | rel err | note |"
         );
         let _ = writeln!(
             s,
@@ -434,7 +588,7 @@ impl Report {
         }
         let _ = writeln!(
             s,
-            "\nPlot: `report.svg` (ratio to bare per workload and variant, log scale). Raw data: \
+            "\nPlot: `report.svg` (ratio to the f32 baseline per workload and variant, log scale). Raw data: \
              `report.json`."
         );
         s
@@ -445,7 +599,7 @@ impl Report {
         let bars: Vec<(String, String, f64)> = self
             .rows
             .iter()
-            .filter(|r| r.variant != "bare")
+            .filter(|r| r.variant != Variant::Bare.name())
             .filter_map(|r| {
                 measured(r).map(|m| {
                     (
@@ -484,7 +638,7 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            r#"<rect width="100%" height="100%" fill="white"/><text x="10" y="20" font-size="14">burn-mpric: median time / bare backend ({} mode, {}); left of 1 = faster</text>"#,
+            r#"<rect width="100%" height="100%" fill="white"/><text x="10" y="20" font-size="14">burn-mpric: median time / f32 on the bare backend ({} mode, {}); left of 1 = faster</text>"#,
             self.mode, self.started
         );
         let mut tick = lo;
@@ -512,6 +666,8 @@ impl Report {
                 "#59a14f"
             } else if variant.contains("scaler") {
                 "#b07aa1"
+            } else if variant.starts_with("pure") {
+                "#76b7b2"
             } else if variant.contains("bf16") {
                 "#f28e2b"
             } else if variant.contains("f16") {
@@ -560,8 +716,61 @@ mod tests {
     #[test]
     fn a_target_with_no_measurement_says_why() {
         let t = targets(&[], &[]);
-        assert_eq!(t.len(), 3);
+        assert_eq!(t.len(), 5);
         assert!(t.iter().all(|t| t.verdict == Verdict::NotMeasured));
         assert!(t[2].measured.starts_with("not measured: "));
+        assert!(t[3].measured.starts_with("not measured: "));
+    }
+
+    fn row(backend: &str, variant: Variant, median_ms: f64, peak: u64) -> Row {
+        Row {
+            workload: Workload::TransformerActivationsStep,
+            size: "b16".into(),
+            backend: backend.into(),
+            variant: variant.name().into(),
+            policy: None,
+            result: Ok(Measured {
+                median_ms,
+                min_ms: median_ms,
+                max_ms: median_ms,
+                rounds: 3,
+                iters_per_sample: 1,
+                ratio_to_bare: f64::NAN,
+                peak: Peak::Bytes { bytes: peak },
+                error: NumError::Reference,
+            }),
+            note: None,
+        }
+    }
+
+    #[test]
+    fn mixed_precision_is_judged_against_f32_memory_and_pure_half_time() {
+        let rows = [
+            row("flex", Variant::Bare, 10.0, 1000),
+            row("flex", Variant::MixedF16, 12.0, 700),
+            row("flex", Variant::PureF16, 10.0, 500),
+            row("wgpu", Variant::Bare, 100.0, 1000),
+            row("wgpu", Variant::MixedF16, 110.0, 550),
+            row("wgpu", Variant::PureF16, 100.0, 500),
+        ];
+        let t = targets(&rows, &[]);
+        let (memory, time) = (&t[3], &t[4]);
+        assert_eq!(memory.verdict, Verdict::Met, "{memory:?}");
+        assert!(memory.measured.starts_with("0.550 "), "{memory:?}");
+        assert!(
+            memory.measured.contains("flex mixed_f16: 0.700"),
+            "{memory:?}"
+        );
+        assert!(memory.measured.contains("wgpu pure_f16 (bare): 0.500"));
+        // flex 1.2 misses 1.15, wgpu 1.1 meets it: missed.
+        assert_eq!(time.verdict, Verdict::Missed, "{time:?}");
+        assert!(
+            time.measured
+                .contains("flex mixed_f16 / pure_f16 (bare): 1.200")
+        );
+        assert!(
+            time.measured
+                .contains("wgpu mixed_f16 / pure_f16 (bare): 1.100")
+        );
     }
 }

@@ -1,5 +1,6 @@
-//! Runs the workloads on one backend: the variants (bare, identity, f16, bf16), their numeric
-//! error, peak memory and interleaved timing, as report rows.
+//! Runs the workloads on one backend: the variants (bare f32, identity, mixed f16 and bf16, and
+//! for the transformer steps pure f16 and bf16), their numeric error, peak memory and
+//! interleaved timing, as report rows.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -13,7 +14,7 @@ use serde::Serialize;
 
 use crate::harness::{Budget, Case, measure_interleaved};
 use crate::memory::{MemorySource, Peak, peak_of};
-use crate::workloads::{self, Spec, Workload};
+use crate::workloads::{self, Spec, Storage, Workload};
 
 /// The sizes one backend runs each workload at.
 #[derive(Debug, Clone)]
@@ -26,6 +27,8 @@ pub struct Sizes {
     pub mlp: (usize, Vec<usize>),
     /// The `transformer_block_step` shape.
     pub transformer: Spec,
+    /// The `transformer_activations_step` shape.
+    pub transformer_activations: Spec,
 }
 
 /// A backend to run the suite on.
@@ -75,7 +78,8 @@ pub struct Measured {
     pub rounds: usize,
     /// Iterations per sample.
     pub iters_per_sample: usize,
-    /// Median over the bare backend's median, from the same interleaved run.
+    /// Median over the f32 baseline's median (the bare backend), from the same interleaved
+    /// run.
     pub ratio_to_bare: f64,
     /// Peak memory of the case.
     pub peak: Peak,
@@ -92,8 +96,7 @@ pub struct Row {
     pub size: String,
     /// The backend.
     pub backend: String,
-    /// `bare`, `identity`, `mixed_f16`, `mixed_bf16`, with a suffix for the loss scaler and
-    /// cast replay rows.
+    /// A [`Variant`] name, with a suffix for the loss scaler and cast replay rows.
     pub variant: String,
     /// The policy of the variant (none for the bare backend).
     pub policy: Option<String>,
@@ -127,16 +130,25 @@ pub struct CastRow {
     pub step_ms: Option<f64>,
 }
 
-/// The variants of every group.
+/// The variants a group compares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Variant {
+pub enum Variant {
+    /// The bare backend at f32: the reference of every group.
     Bare,
+    /// `MixedPrecision` at the identity policy (`p=f32,c=f32,o=f32`).
     Identity,
+    /// `MixedPrecision`, f16 compute.
     MixedF16,
+    /// `MixedPrecision`, bf16 compute.
     MixedBf16,
+    /// The bare backend training the model stored at f16 (params, grads, Adam moments).
+    PureF16,
+    /// The bare backend training the model stored at bf16.
+    PureBf16,
 }
 
 impl Variant {
+    /// The variants of every group: the bare backend and the decorator's policies.
     const ALL: [Variant; 4] = [
         Variant::Bare,
         Variant::Identity,
@@ -144,29 +156,69 @@ impl Variant {
         Variant::MixedBf16,
     ];
 
-    fn name(self) -> &'static str {
+    /// [`ALL`](Self::ALL) and the pure-half variants: the ideal mixed precision's time and
+    /// memory are compared with, on the transformer steps.
+    const WITH_PURE_HALF: [Variant; 6] = [
+        Variant::Bare,
+        Variant::Identity,
+        Variant::MixedF16,
+        Variant::MixedBf16,
+        Variant::PureF16,
+        Variant::PureBf16,
+    ];
+
+    /// The name in the report. The f32 baseline says what "f32" is: Burn's cube matmul runs
+    /// f32 matmuls on TF32 tensor cores on NVIDIA GPUs, so the baseline a GPU run compares
+    /// with is not strict f32 there.
+    pub fn name(self) -> &'static str {
         match self {
-            Variant::Bare => "bare",
+            Variant::Bare => "f32 (TF32 matmul where the GPU has it)",
             Variant::Identity => "identity",
             Variant::MixedF16 => "mixed_f16",
             Variant::MixedBf16 => "mixed_bf16",
+            Variant::PureF16 => "pure_f16 (bare)",
+            Variant::PureBf16 => "pure_bf16 (bare)",
         }
     }
 
+    /// The decorator's policy; `None` for the variants on the bare backend.
     fn policy(self) -> Option<Policy> {
         match self {
-            Variant::Bare => None,
+            Variant::Bare | Variant::PureF16 | Variant::PureBf16 => None,
             Variant::Identity => Some(Policy::F32),
             Variant::MixedF16 => Some(Policy::mixed(FloatDType::F16)),
             Variant::MixedBf16 => Some(Policy::mixed(FloatDType::BF16)),
         }
     }
 
+    /// The half dtype the variant computes at, if any.
     fn half(self) -> Option<FloatDType> {
         match self {
-            Variant::MixedF16 => Some(FloatDType::F16),
-            Variant::MixedBf16 => Some(FloatDType::BF16),
+            Variant::MixedF16 | Variant::PureF16 => Some(FloatDType::F16),
+            Variant::MixedBf16 | Variant::PureBf16 => Some(FloatDType::BF16),
+            Variant::Bare | Variant::Identity => None,
+        }
+    }
+
+    /// What the report says beside the variant's row.
+    fn note(self) -> Option<&'static str> {
+        match self {
+            // Why a pure-half row's error is no measure of mixed precision's.
+            Variant::PureF16 | Variant::PureBf16 => Some(
+                "the ideal for time and memory, not for numerics: Adam's moments are at the \
+                 half dtype too (at f16 the squared gradients underflow to 0, the second moment \
+                 stays 0 and the steps grow)",
+            ),
             _ => None,
+        }
+    }
+
+    /// Where the variant keeps its parameters and inputs.
+    fn storage(self) -> Storage {
+        match self {
+            Variant::PureF16 => Storage(FloatDType::F16),
+            Variant::PureBf16 => Storage(FloatDType::BF16),
+            _ => Storage::F32,
         }
     }
 }
@@ -180,6 +232,8 @@ struct Prepared {
     factory: Result<Factory, String>,
     /// Whether the case has an output to compare with the reference.
     has_output: bool,
+    /// What the report says beside its row.
+    note: Option<&'static str>,
 }
 
 fn mp_device<I: Backend>(
@@ -192,6 +246,19 @@ fn mp_device<I: Backend>(
     })
 }
 
+/// The bare backend storing tensors at `storage`, if the device supports that dtype (what
+/// `MixedPrecision::device` checks for a policy's compute dtype).
+fn bare_storage<I: Backend>(device: &I::Device, storage: Storage) -> Result<Storage, String> {
+    if I::supports_dtype(device, DType::from(storage.0)) {
+        Ok(storage)
+    } else {
+        Err(format!(
+            "not supported by this backend: {:?} is not supported by this device",
+            storage.0
+        ))
+    }
+}
+
 fn prepare<I: Backend>(
     device: &I::Device,
     variant: Variant,
@@ -200,14 +267,12 @@ fn prepare<I: Backend>(
 ) -> Prepared {
     let spec = spec.clone();
     let factory: Result<Factory, String> = match mp_device::<I>(device, variant) {
-        None => {
+        None => bare_storage::<I>(device, variant.storage()).map(|storage| {
             let device = device.clone();
-            Ok(Box::new(move || {
-                workloads::build::<Autodiff<I>>(&spec, &device)
-            }))
-        }
+            Box::new(move || workloads::build::<Autodiff<I>>(&spec, storage, &device)) as Factory
+        }),
         Some(Ok(mp)) => Ok(Box::new(move || {
-            workloads::build::<Autodiff<MixedPrecision<I>>>(&spec, &mp)
+            workloads::build::<Autodiff<MixedPrecision<I>>>(&spec, Storage::F32, &mp)
         })),
         Some(Err(reason)) => Err(reason),
     };
@@ -216,6 +281,7 @@ fn prepare<I: Backend>(
         policy: variant.policy().map(|p| p.to_string()),
         factory,
         has_output: true,
+        note: variant.note(),
     }
 }
 
@@ -322,7 +388,7 @@ fn measure_group<I: Backend>(
                 variant: p.variant,
                 policy: p.policy,
                 result,
-                note: None,
+                note: p.note.map(str::to_string),
             }
         })
         .collect();
@@ -330,12 +396,22 @@ fn measure_group<I: Backend>(
     rows
 }
 
-fn standard<I: Backend>(setup: &Setup<I>, workload: Workload, spec: &Spec) -> Vec<Row> {
-    let prepared = Variant::ALL
+/// One group of `variants` on `spec`.
+fn group<I: Backend>(
+    setup: &Setup<I>,
+    workload: Workload,
+    spec: &Spec,
+    variants: &[Variant],
+) -> Vec<Row> {
+    let prepared = variants
         .iter()
         .map(|v| prepare::<I>(&setup.device, *v, spec, ""))
         .collect();
     measure_group(setup, workload, spec, prepared)
+}
+
+fn standard<I: Backend>(setup: &Setup<I>, workload: Workload, spec: &Spec) -> Vec<Row> {
+    group(setup, workload, spec, &Variant::ALL)
 }
 
 fn mlp_spec(sizes: &Sizes, scaler: bool) -> Spec {
@@ -449,10 +525,10 @@ fn count_ops<I: Backend>(
     spec: &Spec,
 ) -> Option<(usize, usize, BTreeMap<String, usize>)> {
     let mut case = match variant.policy() {
-        None => workloads::build::<Autodiff<Instrumented<I>>>(spec, device),
+        None => workloads::build::<Autodiff<Instrumented<I>>>(spec, variant.storage(), device),
         Some(policy) => {
             let mp = MixedPrecision::<Instrumented<I>>::device(device.clone(), policy).ok()?;
-            workloads::build::<Autodiff<MixedPrecision<Instrumented<I>>>>(spec, &mp)
+            workloads::build::<Autodiff<MixedPrecision<Instrumented<I>>>>(spec, Storage::F32, &mp)
         }
     };
     case.step();
@@ -483,6 +559,7 @@ fn cast_overhead<I: Backend>(setup: &Setup<I>) -> (Vec<Row>, Vec<CastRow>) {
                 policy: v.policy().map(|p| p.to_string()),
                 factory: Err(reason),
                 has_output: false,
+                note: None,
             });
             continue;
         }
@@ -495,6 +572,7 @@ fn cast_overhead<I: Backend>(setup: &Setup<I>) -> (Vec<Row>, Vec<CastRow>) {
                 Box::new(CastReplay::<I>::new(batch, &dims2, half, &device))
             })),
             has_output: false,
+            note: None,
         });
     }
     let mut rows = measure_group(setup, Workload::CastOverhead, &spec, prepared);
@@ -569,9 +647,18 @@ pub fn run_backend<I: Backend>(
             Workload::MlpStep => {
                 rows.extend(standard(setup, *workload, &mlp_spec(&setup.sizes, false)))
             }
-            Workload::TransformerBlockStep => {
-                rows.extend(standard(setup, *workload, &setup.sizes.transformer))
-            }
+            Workload::TransformerBlockStep => rows.extend(group(
+                setup,
+                *workload,
+                &setup.sizes.transformer,
+                &Variant::WITH_PURE_HALF,
+            )),
+            Workload::TransformerActivationsStep => rows.extend(group(
+                setup,
+                *workload,
+                &setup.sizes.transformer_activations,
+                &Variant::WITH_PURE_HALF,
+            )),
             Workload::LossScalerStep => rows.extend(loss_scaler(setup)),
             Workload::CastOverhead => {
                 let (r, c) = cast_overhead(setup);

@@ -12,7 +12,7 @@ use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{Adam, AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{FloatDType, Tensor, TensorData};
-use burn_mpric::cast_grads_to_param_dtype;
+use burn_mpric::{Castable, ModuleParams, PolicyDType, cast_grads_to_param_dtype};
 use burn_mpric_scale::{LossScaleConfig, LossScaler};
 use clap::ValueEnum;
 use serde::Serialize;
@@ -33,9 +33,16 @@ pub enum Workload {
     #[value(name = "mlp_step")]
     MlpStep,
     /// One transformer encoder block (Burn's `TransformerEncoder`, 1 layer): forward,
-    /// backward, Adam.
+    /// backward, Adam; also at pure half.
     #[value(name = "transformer_block_step")]
     TransformerBlockStep,
+    /// A 2-layer transformer encoder step whose activations dominate its memory; also at pure
+    /// half.
+    //
+    // Batch x sequence is large against the parameters and the attention maps are as large as
+    // the feed-forward activations: the shape mixed precision is meant to save memory on.
+    #[value(name = "transformer_activations_step")]
+    TransformerActivationsStep,
     /// The MLP training step with a dynamic loss scaler vs without one.
     #[value(name = "loss_scaler_step")]
     LossScalerStep,
@@ -46,11 +53,12 @@ pub enum Workload {
 
 impl Workload {
     /// Every workload, in report order.
-    pub const ALL: [Workload; 6] = [
+    pub const ALL: [Workload; 7] = [
         Workload::Matmul,
         Workload::Conv2d,
         Workload::MlpStep,
         Workload::TransformerBlockStep,
+        Workload::TransformerActivationsStep,
         Workload::LossScalerStep,
         Workload::CastOverhead,
     ];
@@ -62,6 +70,7 @@ impl Workload {
             Workload::Conv2d => "conv2d",
             Workload::MlpStep => "mlp_step",
             Workload::TransformerBlockStep => "transformer_block_step",
+            Workload::TransformerActivationsStep => "transformer_activations_step",
             Workload::LossScalerStep => "loss_scaler_step",
             Workload::CastOverhead => "cast_overhead",
         }
@@ -97,7 +106,7 @@ pub enum Spec {
         /// Train with a dynamic loss scaler (PyTorch's defaults).
         scaler: bool,
     },
-    /// One post-norm transformer encoder layer, GELU, no dropout, MSE loss to a fixed target.
+    /// A post-norm transformer encoder, GELU, no dropout, MSE loss to a fixed target.
     Transformer {
         /// Batch size.
         batch: usize,
@@ -109,6 +118,8 @@ pub enum Spec {
         heads: usize,
         /// Feed-forward width.
         d_ff: usize,
+        /// Encoder layers.
+        layers: usize,
     },
 }
 
@@ -133,7 +144,8 @@ impl Spec {
                 d_model,
                 heads,
                 d_ff,
-            } => format!("b{batch} s{seq} d{d_model} h{heads} ff{d_ff}"),
+                layers,
+            } => format!("b{batch} s{seq} d{d_model} h{heads} ff{d_ff} l{layers}"),
         }
     }
 }
@@ -413,15 +425,54 @@ impl<B: AutodiffBackend, T: Task<B>> Case for TrainCase<B, T> {
     }
 }
 
-/// Builds the case of `spec` on `device`. Forward-only workloads run on the backend under
-/// autodiff (`B::InnerBackend`), training ones on `B`.
-pub fn build<B: AutodiffBackend>(spec: &Spec, device: &B::Device) -> Box<dyn Case> {
+/// The dtype a case stores its parameters and inputs at (loss targets stay f32: the loss is
+/// computed at f32 in every variant).
+///
+/// f32 for the bare backend and every `MixedPrecision` variant (the decorator casts to its
+/// compute dtype itself). A half dtype gives the "pure half" variants: the bare backend
+/// training a model whose parameters, gradients and Adam moments are all f16 or bf16, the
+/// ideal that mixed precision's time and memory are compared with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Storage(pub FloatDType);
+
+impl Storage {
+    /// Parameters and inputs at f32.
+    pub const F32: Storage = Storage(FloatDType::F32);
+
+    fn tensor<B: Backend, const D: usize>(self, tensor: Tensor<B, D>) -> Tensor<B, D> {
+        if self == Self::F32 {
+            tensor
+        } else {
+            tensor.cast(self.0)
+        }
+    }
+
+    /// The module with its float parameters cast, trainable ones kept trainable leaves.
+    fn module<B: Backend, M: Module<B>>(self, module: M) -> M {
+        if self == Self::F32 {
+            module
+        } else {
+            ModuleParams(module)
+                .cast_floats(PolicyDType::Float(self.0))
+                .0
+        }
+    }
+}
+
+/// Builds the case of `spec` on `device`, its parameters and inputs stored as `storage` says.
+/// Forward-only workloads run on the backend under autodiff (`B::InnerBackend`), training ones
+/// on `B`.
+pub fn build<B: AutodiffBackend>(
+    spec: &Spec,
+    storage: Storage,
+    device: &B::Device,
+) -> Box<dyn Case> {
     match spec {
         Spec::Matmul { n } => {
             let n = *n;
             Box::new(MatmulCase::<B::InnerBackend> {
-                a: tensor([n, n], 1, 1.0, device),
-                b: tensor([n, n], 2, 1.0, device),
+                a: storage.tensor(tensor([n, n], 1, 1.0, device)),
+                b: storage.tensor(tensor([n, n], 2, 1.0, device)),
                 device: device.clone(),
             })
         }
@@ -435,8 +486,8 @@ pub fn build<B: AutodiffBackend>(spec: &Spec, device: &B::Device) -> Box<dyn Cas
                 .with_padding(PaddingConfig2d::Same)
                 .init::<B::InnerBackend>(device);
             Box::new(ConvCase::<B::InnerBackend> {
-                conv: deterministic(conv, device, 10),
-                x: tensor([*batch, *c_in, *hw, *hw], 3, 1.0, device),
+                conv: storage.module(deterministic(conv, device, 10)),
+                x: storage.tensor(tensor([*batch, *c_in, *hw, *hw], 3, 1.0, device)),
                 device: device.clone(),
             })
         }
@@ -447,10 +498,10 @@ pub fn build<B: AutodiffBackend>(spec: &Spec, device: &B::Device) -> Box<dyn Cas
         } => {
             let model = deterministic(Mlp::<B>::new(dims, device), device, 20);
             let task = MlpTask {
-                x: tensor([*batch, dims[0]], 4, 1.0, device),
+                x: storage.tensor(tensor([*batch, dims[0]], 4, 1.0, device)),
                 y: tensor([*batch, *dims.last().expect("dims")], 5, 1.0, device),
             };
-            Box::new(TrainCase::new(task, model, *scaler, device))
+            Box::new(TrainCase::new(task, storage.module(model), *scaler, device))
         }
         Spec::Transformer {
             batch,
@@ -458,16 +509,17 @@ pub fn build<B: AutodiffBackend>(spec: &Spec, device: &B::Device) -> Box<dyn Cas
             d_model,
             heads,
             d_ff,
+            layers,
         } => {
-            let model = TransformerEncoderConfig::new(*d_model, *d_ff, *heads, 1)
+            let model = TransformerEncoderConfig::new(*d_model, *d_ff, *heads, *layers)
                 .with_dropout(0.0)
                 .init::<B>(device);
             let model = deterministic(model, device, 30);
             let task = TransformerTask {
-                x: tensor([*batch, *seq, *d_model], 6, 1.0, device),
+                x: storage.tensor(tensor([*batch, *seq, *d_model], 6, 1.0, device)),
                 y: tensor([*batch, *seq, *d_model], 7, 1.0, device),
             };
-            Box::new(TrainCase::new(task, model, false, device))
+            Box::new(TrainCase::new(task, storage.module(model), false, device))
         }
     }
 }
@@ -500,7 +552,41 @@ pub fn error(got: &[f32], reference: &[f32]) -> Option<(f64, f64)> {
 
 #[cfg(test)]
 mod tests {
+    use burn::backend::{Autodiff, Flex};
+    use burn::tensor::DType;
+
     use super::*;
+
+    #[test]
+    fn half_storage_trains_half_params() {
+        type B = Autodiff<Flex>;
+        let device = Default::default();
+        let f16 = Storage(FloatDType::F16);
+        let linear = f16.module(LinearConfig::new(4, 3).init::<B>(&device));
+        let weight = linear.weight.val();
+        assert_eq!(weight.dtype(), DType::F16);
+        assert!(weight.is_require_grad());
+        let x = f16.tensor(Tensor::<B, 2>::ones([2, 4], &device));
+        let grads = linear.forward(x).sum().backward();
+        let grad = linear
+            .weight
+            .grad(&grads)
+            .expect("a gradient for the weight");
+        assert_eq!(grad.dtype(), DType::F16);
+
+        // A whole pure-f16 training run of the transformer workload.
+        let spec = Spec::Transformer {
+            batch: 2,
+            seq: 4,
+            d_model: 8,
+            heads: 2,
+            d_ff: 16,
+            layers: 2,
+        };
+        let out = build::<B>(&spec, f16, &device).output();
+        assert_eq!(out.len(), 2 * 4 * 8);
+        assert!(out.iter().all(|v| v.is_finite()));
+    }
 
     #[test]
     fn values_are_deterministic_and_bounded() {

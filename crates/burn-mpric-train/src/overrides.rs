@@ -18,12 +18,19 @@ use crate::error::Error;
 /// assert_eq!(parse_override("model.hidden=[8, 8]").unwrap().1, json!([8, 8]));
 /// assert!(parse_override("no-equals-sign").is_err());
 /// assert!(parse_override("a..b=1").is_err());
+/// // One override per --set: a second line would otherwise be dropped silently.
+/// assert!(parse_override("steps=5\nseed=3").unwrap_err().to_string().contains("one line"));
 /// ```
 pub fn parse_override(arg: &str) -> Result<(Vec<String>, Value), Error> {
     let fail = |message: &str| Error::Override {
-        arg: arg.to_string(),
+        arg: arg.escape_debug().to_string(),
         message: message.to_string(),
     };
+    if arg.contains(['\n', '\r']) {
+        return Err(fail(
+            "an override is one line; give each key=value its own --set",
+        ));
+    }
     let (key, raw) = arg
         .split_once('=')
         .ok_or_else(|| fail("expected key=value, e.g. --set optimizer.lr=0.01"))?;

@@ -862,6 +862,32 @@ impl Format {
     }
 }
 
+/// The largest recipe file read (recipes are a few hundred bytes; `/dev/zero` is not one).
+pub const MAX_RECIPE_BYTES: u64 = 1 << 20;
+
+/// Reads a UTF-8 file of at most `limit` bytes; a larger one (or an endless stream) is an error
+/// after `limit + 1` bytes, not an unbounded read.
+///
+/// ```
+/// use burn_mpric_train::recipe::read_bounded;
+///
+/// let err = read_bounded("/dev/zero".as_ref(), 1024).unwrap_err();
+/// assert!(err.to_string().contains("larger than 1024 bytes"));
+/// ```
+pub fn read_bounded(path: &Path, limit: u64) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(limit + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > limit {
+        return Err(std::io::Error::other(format!(
+            "the file is larger than {limit} bytes; a recipe is a small TOML or JSON file"
+        )));
+    }
+    Ok(text)
+}
+
 impl Recipe {
     /// Reads, parses, overrides (`key=value` strings, as `--set` takes them) and validates a
     /// recipe file.
@@ -874,7 +900,7 @@ impl Recipe {
     /// assert_eq!(err.exit_code(), 2);
     /// ```
     pub fn from_file(path: &Path, overrides: &[String]) -> Result<Self, Error> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::ReadRecipe {
+        let text = read_bounded(path, MAX_RECIPE_BYTES).map_err(|source| Error::ReadRecipe {
             path: path.to_path_buf(),
             source,
         })?;
