@@ -159,6 +159,17 @@ mod tests {
         }
     }
 
+    /// One warm-up round, then exactly three rounds of one iteration per sample.
+    fn three_rounds() -> Budget {
+        Budget {
+            warmup: 1,
+            min_rounds: 3,
+            max_rounds: 3,
+            time_limit: Duration::ZERO,
+            min_sample: Duration::ZERO,
+        }
+    }
+
     #[test]
     fn rounds_rotate_the_order() {
         let orders: Vec<Vec<usize>> = (0..4).map(|r| round_order(r, 3).collect()).collect();
@@ -173,15 +184,7 @@ mod tests {
                 }) as Box<dyn Case>
             })
             .collect();
-        let budget = Budget {
-            warmup: 1,
-            min_rounds: 3,
-            max_rounds: 3,
-            time_limit: Duration::ZERO,
-            // One iteration per sample.
-            min_sample: Duration::ZERO,
-        };
-        let samples = measure_interleaved(&mut cases, budget);
+        let samples = measure_interleaved(&mut cases, three_rounds());
         assert!(samples.iter().all(|s| s.ms.len() == 3));
         // The warm-up round, then the three measured rounds, each one step further.
         assert_eq!(*log.borrow(), [0, 1, 2, 0, 1, 2, 1, 2, 0, 2, 0, 1]);
@@ -201,14 +204,7 @@ mod tests {
     #[test]
     fn interleaved_rounds_time_every_case() {
         let mut cases: Vec<Box<dyn Case>> = vec![Box::new(Sleep(200)), Box::new(Sleep(600))];
-        let budget = Budget {
-            warmup: 1,
-            min_rounds: 3,
-            max_rounds: 3,
-            time_limit: Duration::ZERO,
-            min_sample: Duration::ZERO,
-        };
-        let samples = measure_interleaved(&mut cases, budget);
+        let samples = measure_interleaved(&mut cases, three_rounds());
         assert_eq!(samples.len(), 2);
         assert!(samples.iter().all(|s| s.ms.len() == 3));
         assert!(samples[1].median() > samples[0].median());

@@ -441,7 +441,7 @@ impl LossScaler {
         B: AutodiffBackend,
         M: AutodiffModule<B>,
     {
-        let loss = scaled_loss.map(|l| l.inner().cast(FloatDType::F32).mean());
+        let loss = scaled_loss.map(mean_at_f32);
         let checked = self.check_shards::<B, M>(module, vec![grads], loss)?;
         let Shards {
             mut grads,
@@ -475,9 +475,12 @@ impl LossScaler {
         let fused_norm = self.clip.is_some() && shards.len() == 1;
         let unscaled: Vec<_> = shards
             .into_iter()
-            .map(|grads| match fused_norm {
-                true => unscale_grads_with_norm::<B, M>(module, grads, scale_used),
-                false => self.unscale_grads::<B, M>(module, grads),
+            .map(|grads| {
+                if fused_norm {
+                    unscale_grads_with_norm::<B, M>(module, grads, scale_used)
+                } else {
+                    self.unscale_grads::<B, M>(module, grads)
+                }
             })
             .collect();
         let flags: Vec<_> = unscaled.iter().filter_map(|u| u.finite_flag()).collect();
@@ -610,7 +613,7 @@ impl LossScaler {
         M: AutodiffModule<B>,
         O: Optimizer<M, B>,
     {
-        let loss = scaled_loss.map(|l| l.inner().cast(FloatDType::F32).mean());
+        let loss = scaled_loss.map(mean_at_f32);
         let checked = self.check_shards::<B, M>(&module, vec![grads], loss);
         self.apply(module, checked, |module, mut shards| {
             optim.step(lr, module, shards.pop().unwrap_or_default())
@@ -630,6 +633,13 @@ pub struct CheckedGrads {
     pub loss: Option<f32>,
     /// The global L2 norm before clipping, when clipping is on.
     pub grad_norm: Option<f32>,
+}
+
+/// The mean of a (scaled) loss at f32, on the inner backend, for the step's one host read.
+fn mean_at_f32<B: AutodiffBackend, const D: usize>(
+    loss: Tensor<B, D>,
+) -> Tensor<B::InnerBackend, 1> {
+    loss.inner().cast(FloatDType::F32).mean()
 }
 
 /// The gradient shards of one step after unscaling, checking and clipping.

@@ -359,24 +359,29 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for GradVisitor<'_, B> {
         let target = float_dtype(param.dtype());
         let own = float_dtype(grad.dtype());
         let wide_dtype = compute_dtype(own, target);
-        // The unscaled gradient at f32 (f64 stays f64): reduced for the check, then stored at
-        // the parameter's dtype. The unscale factor is applied once, and rounded once.
-        let wide = match self.inverse {
-            Some(inverse) => grad.cast(wide_dtype).mul_scalar(inverse),
-            None => grad.cast(wide_dtype),
+        let store = |t: Tensor<B::InnerBackend, D>| match target.or(own) {
+            Some(out) => t.cast(out),
+            None => t,
         };
-        match self.check {
-            Check::CastOnly => {}
-            // Stacked at f32 (an f64 gradient's sum, too) so one kernel checks them all.
-            Check::Sum => self.sums.push(wide.clone().sum().cast(FloatDType::F32)),
-            Check::SumOfSquares => self
-                .sums
-                .push(wide.clone().square().sum().cast(FloatDType::F32)),
+        // Unscaling runs at f32 (f64 stays f64) and is rounded once, to the parameter's dtype.
+        // Without a factor the gradient is only cast to the parameter's dtype.
+        let (grad, wide) = match self.inverse {
+            Some(inverse) => {
+                let wide = grad.cast(wide_dtype).mul_scalar(inverse);
+                (store(wide.clone()), Some(wide))
+            }
+            None => (store(grad), None),
+        };
+        if self.check != Check::CastOnly {
+            // Reduced at f32 or wider (a half gradient summed in half could overflow), and
+            // stacked at f32 (an f64 gradient's sum, too) so one kernel checks them all.
+            let wide = wide.unwrap_or_else(|| grad.clone().cast(wide_dtype));
+            let reduced = match self.check {
+                Check::SumOfSquares => wide.square().sum(),
+                _ => wide.sum(),
+            };
+            self.sums.push(reduced.cast(FloatDType::F32));
         }
-        let grad = match target.or(own) {
-            Some(out) if out != wide_dtype => wide.cast(out),
-            _ => wide,
-        };
         self.count += 1;
         self.grads.register::<B::InnerBackend, D>(param.id, grad);
     }

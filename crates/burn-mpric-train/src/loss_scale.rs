@@ -3,13 +3,11 @@
 use std::fmt;
 
 use burn_mpric::Policy;
-use burn_mpric::scale::{LossScaleConfig, LossScaleError, LossScaler, UpdateRule};
+use burn_mpric::scale::{LossScaleConfig, LossScaleError, LossScaler, PRESET_NAMES, UpdateRule};
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::error::RecipeError;
-
-const ACCEPTED: &str = "auto, none, dynamic, torch, jmp, eformer, keras, flax, deepspeed, megatron, static:<scale> (e.g. static:1024), or a table of loss-scale fields";
 
 /// A named loss-scale setting (the scale crate's presets; the CLI accepts the same names).
 pub use burn_mpric::scale::LossScalePreset;
@@ -278,7 +276,7 @@ impl<'de> Deserialize<'de> for LossScaleSpec {
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 write!(
                     f,
-                    "a loss-scale preset name or a table; accepted: {ACCEPTED}"
+                    "a loss-scale preset name or a table; accepted: {PRESET_NAMES}, or a table of loss-scale fields"
                 )
             }
 

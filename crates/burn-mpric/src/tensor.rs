@@ -65,32 +65,24 @@ impl<B: Backend> MpFloat<B> {
         }
     }
 
-    /// This value at `target`: with `cached` and `target` the compute dtype, the value's
-    /// shared cast (made now if it is the first); a new cast otherwise. `cast` converts the
-    /// inner primitive.
-    pub(crate) fn cast_with(
-        self,
-        target: FloatDType,
-        cached: bool,
-        cast: impl FnOnce(B::FloatTensorPrimitive) -> B::FloatTensorPrimitive,
-    ) -> Self {
+    /// This value at `target` (another dtype than its own): with `cached` and `target` the
+    /// compute dtype, the value's shared cast (made now if it is the first); a new cast
+    /// otherwise.
+    pub(crate) fn cast_to(self, target: FloatDType, cached: bool) -> Self {
         let MpFloat {
             inner,
             precision,
             compute_cast,
         } = self;
+        let cast = |inner| {
+            CASTS_MADE.with(|n| n.set(n.get() + 1));
+            B::float_cast(inner, target)
+        };
         let inner = match compute_cast {
             Some(cache) if cached && target == precision.0.compute => {
-                let cached = cache.get_or_init(|| {
-                    CASTS_MADE.with(|n| n.set(n.get() + 1));
-                    cast(inner)
-                });
-                cached.clone()
+                cache.get_or_init(|| cast(inner)).clone()
             }
-            _ => {
-                CASTS_MADE.with(|n| n.set(n.get() + 1));
-                cast(inner)
-            }
+            _ => cast(inner),
         };
         Self::new(inner, precision)
     }

@@ -95,9 +95,7 @@ impl<B: Backend> Arg<B> for MpFloat<B> {
 
     fn cast(self, target: Option<FloatDType>, cached: bool) -> Self {
         match target {
-            Some(target) if float_dtype(&self.inner) != target => {
-                self.cast_with(target, cached, |inner| B::float_cast(inner, target))
-            }
+            Some(target) if float_dtype(&self.inner) != target => self.cast_to(target, cached),
             Some(_) => self,
             None => self,
         }
