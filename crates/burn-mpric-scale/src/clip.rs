@@ -5,17 +5,23 @@ use std::collections::HashSet;
 
 use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
-use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::{FloatDType, Tensor};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{FloatDType, Tensor, Transaction};
 use serde::{Deserialize, Serialize};
 
 use crate::dtype::{compute_dtype, float_dtype};
-use crate::error::LossScaleError;
+use crate::error::{LossScaleError, StepError};
 
 /// The L2 norm of all gradients of `module` taken together, as a one-element f32 tensor on the
 /// device (nothing is read). `None` when the module has no gradient in `grads`.
 ///
-/// Each gradient is widened to f32 before squaring, so f16 gradients do not overflow.
+/// It cannot overflow: the gradients are divided by their largest magnitude `m` before squaring
+/// and the result is `m * sqrt(sum((g / m)^2))`, so finite gradients whose squares exceed f32's
+/// range (elements around 1e20) still give their finite norm. Each gradient is widened to f32
+/// first (f16 gradients do not overflow either). A gradient holding an infinity gives an
+/// infinite norm, one holding a NaN (and no infinity) a NaN; a norm above `f32::MAX` is
+/// infinite. This costs two reductions per gradient; [`LossScaler`](crate::LossScaler) needs
+/// one, from the finiteness check, in the common case.
 ///
 /// # Example
 ///
@@ -33,29 +39,182 @@ use crate::error::LossScaleError;
 /// grads.register(model.bias.as_ref().unwrap().id, Tensor::<Flex, 1>::from_floats([0.0, 4.0], &device));
 /// let norm = global_grad_norm(&model, &grads).unwrap();
 /// assert_eq!(norm.into_scalar(), 5.0);
+///
+/// // 3e20 and 4e20 square to more than f32::MAX; the norm is still 5e20.
+/// let mut grads = GradientsParams::new();
+/// grads.register(model.weight.id, Tensor::<Flex, 2>::from_floats([[3e20, 0.0], [0.0, 0.0]], &device));
+/// grads.register(model.bias.as_ref().unwrap().id, Tensor::<Flex, 1>::from_floats([0.0, 4e20], &device));
+/// let norm = global_grad_norm(&model, &grads).unwrap().into_scalar();
+/// assert!((norm / 5e20 - 1.0).abs() < 1e-6);
 /// ```
 pub fn global_grad_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: &M,
     grads: &GradientsParams,
 ) -> Option<Tensor<B::InnerBackend, 1>> {
-    global_grad_norm_of_sum::<B, M>(module, &[grads])
-}
-
-/// The L2 norm of the gradients of `module` summed over `shards` (gradients of one step held on
-/// several devices, as in burn-train's sharded multi-device optimization). Each parameter's
-/// gradients are added on the device of its first shard before squaring, so the norm is the one
-/// the optimizer's summed gradient has. The result lives on the device of the first gradient.
-pub(crate) fn global_grad_norm_of_sum<B: AutodiffBackend, M: AutodiffModule<B>>(
-    module: &M,
-    shards: &[&GradientsParams],
-) -> Option<Tensor<B::InnerBackend, 1>> {
-    let mut visitor = NormVisitor::<B> {
-        shards,
-        sum: None,
+    let mut visitor = FlatVisitor::<B> {
+        shards: &[grads],
+        flat: Vec::new(),
+        ids: Vec::new(),
         seen: HashSet::new(),
     };
     module.visit(&mut visitor);
-    visitor.sum.map(Tensor::sqrt)
+    let flat = visitor.flat;
+    let device = flat.first()?.device();
+    let maxima = flat
+        .iter()
+        .map(|g| g.clone().abs().max().to_device(&device))
+        .collect();
+    let largest = Tensor::cat(maxima, 0).max();
+    // A positive divisor (all-zero gradients give 0 / tiny = 0) that keeps (g / m)^2 <= 1.
+    let divisor = largest.clone().clamp_min(f32::MIN_POSITIVE);
+    let sum = flat
+        .into_iter()
+        .map(|g| {
+            let divisor = divisor.clone().to_device(&g.device());
+            g.div(divisor).square().sum().to_device(&device)
+        })
+        .reduce(|acc, s| acc + s)?;
+    let norm = sum.sqrt().mul(divisor);
+    // An infinite element makes g / m NaN; report the infinity, as the plain formula would.
+    Some(norm.mask_where(largest.clone().is_inf(), largest))
+}
+
+/// Each gradient's sum of squares, stacked in one f32 tensor (one entry per gradient, in
+/// `ids` order), for the step's one host read. The global norm is combined on the host in f64
+/// by [`global_norm_from_squares`], so the sum over gradients cannot overflow; a gradient whose
+/// own sum of squares overflowed f32 is recomputed there.
+#[derive(Debug, Clone)]
+pub(crate) struct GradSquares<B: Backend> {
+    /// One f32 sum of squares per gradient.
+    pub(crate) values: Tensor<B, 1>,
+    /// The parameter of each entry of `values`.
+    pub(crate) ids: Vec<ParamId>,
+}
+
+/// The per-gradient sums of squares of the gradients of `module` summed over `shards`
+/// (gradients of one step held on several devices, as in burn-train's sharded multi-device
+/// optimization). Each parameter's gradients are added on the device of its first shard before
+/// squaring, so the norm is the one the optimizer's summed gradient has. The result lives on
+/// the device of the first gradient.
+pub(crate) fn grad_squares_of_sum<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+    shards: &[&GradientsParams],
+) -> Option<GradSquares<B::InnerBackend>> {
+    let mut visitor = FlatVisitor::<B> {
+        shards,
+        flat: Vec::new(),
+        ids: Vec::new(),
+        seen: HashSet::new(),
+    };
+    module.visit(&mut visitor);
+    let (flat, ids) = (visitor.flat, visitor.ids);
+    let device = flat.first()?.device();
+    let sums = flat
+        .into_iter()
+        .map(|g| g.square().sum().to_device(&device))
+        .collect();
+    Some(GradSquares {
+        values: Tensor::cat(sums, 0),
+        ids,
+    })
+}
+
+/// The global L2 norm, in f64, from the per-gradient sums of squares read from the device
+/// (`squares[i]` belongs to `ids[i]`), with `shards` holding the gradients they came from.
+///
+/// Finite sums are added in f64 (no overflow, however many gradients). A NaN sum means a NaN
+/// element: the norm is NaN. An infinite sum means an infinite element, or finite elements
+/// whose squares overflowed f32; only then are those gradients read again, as their largest
+/// magnitude `m` and `sum((g / m)^2)` (a second host read, in their own width), and their
+/// share is `m^2 * sum((g / m)^2)` in f64. An infinite `m` gives an infinite norm.
+pub(crate) fn global_norm_from_squares<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+    shards: &[&GradientsParams],
+    squares: &[f32],
+    ids: &[ParamId],
+) -> Result<f64, StepError> {
+    if squares.len() != ids.len() {
+        return Err(StepError::UnexpectedRead(format!(
+            "expected {} sums of squares, got {}",
+            ids.len(),
+            squares.len()
+        )));
+    }
+    let mut total = 0.0f64;
+    let mut overflowed = HashSet::new();
+    for (&square, &id) in squares.iter().zip(ids) {
+        if square.is_nan() {
+            return Ok(f64::NAN);
+        }
+        if square.is_infinite() {
+            overflowed.insert(id);
+        } else {
+            total += f64::from(square);
+        }
+    }
+    if overflowed.is_empty() {
+        return Ok(total.sqrt());
+    }
+    let expected = overflowed.len();
+    let rescaled = rescaled_squares::<B, M>(module, shards, overflowed)?;
+    if rescaled.len() != expected {
+        return Err(StepError::UnexpectedRead(format!(
+            "expected {expected} rescaled gradients, got {}",
+            rescaled.len()
+        )));
+    }
+    for (largest, rescaled) in rescaled {
+        // An infinite element (g / m is NaN there): the norm is infinite.
+        if largest.is_infinite() {
+            return Ok(f64::INFINITY);
+        }
+        if largest.is_nan() || rescaled.is_nan() {
+            return Ok(f64::NAN);
+        }
+        let norm = largest * rescaled.sqrt();
+        total += norm * norm;
+    }
+    Ok(total.sqrt())
+}
+
+/// For each gradient in `ids` (summed over `shards`): its largest magnitude `m` and
+/// `sum((g / m)^2)`, at f32 (f64 for f64 gradients), read from the device in one transaction.
+fn rescaled_squares<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+    shards: &[&GradientsParams],
+    ids: HashSet<ParamId>,
+) -> Result<Vec<(f64, f64)>, StepError> {
+    let mut visitor = RescaleVisitor::<B> {
+        shards,
+        wanted: ids,
+        values: Vec::new(),
+    };
+    module.visit(&mut visitor);
+    let Some(device) = visitor.values.first().map(Tensor::device) else {
+        return Ok(Vec::new());
+    };
+    let mut transaction = Transaction::<B::InnerBackend>::default();
+    for value in visitor.values {
+        transaction = transaction.register(value.to_device(&device));
+    }
+    let data = transaction.try_execute()?;
+    let values = data
+        .into_iter()
+        .map(|data| {
+            let values: Vec<f64> = data.iter::<f64>().collect();
+            match values.as_slice() {
+                [value] => Ok(*value),
+                other => Err(StepError::UnexpectedRead(format!(
+                    "expected one value, got {}",
+                    other.len()
+                ))),
+            }
+        })
+        .collect::<Result<Vec<f64>, StepError>>()?;
+    Ok(values
+        .chunks_exact(2)
+        .map(|pair| (pair[0], pair[1]))
+        .collect())
 }
 
 /// Clipping of all gradients by their global L2 norm, as PyTorch's `clip_grad_norm_`:
@@ -176,7 +335,7 @@ impl GlobalNormClip {
     pub fn clip_with_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
         &self,
         module: &M,
-        mut grads: GradientsParams,
+        grads: GradientsParams,
         total_norm: Tensor<B::InnerBackend, 1>,
     ) -> GradientsParams {
         let coefficient = total_norm
@@ -185,53 +344,131 @@ impl GlobalNormClip {
             .recip()
             .mul_scalar(self.max_norm)
             .clamp_max(1.0);
-        let mut visitor = ClipVisitor::<B> {
-            grads: &mut grads,
-            coefficient,
-            seen: HashSet::new(),
-        };
-        module.visit(&mut visitor);
-        grads
+        clip_by::<B, M>(module, grads, Coefficient::Tensor(coefficient))
+    }
+
+    /// The clipping coefficient for a global norm known on the host:
+    /// `min(1, max_norm / (total_norm + 1e-6))`, in f64.
+    pub(crate) fn coefficient(&self, total_norm: f64) -> f64 {
+        (f64::from(self.max_norm) / (total_norm + 1e-6)).min(1.0)
+    }
+
+    /// Clips every gradient of `module` with a global norm known on the host (finite, at most
+    /// `f32::MAX`). Nothing happens when the norm is within `max_norm` (the coefficient is 1).
+    pub(crate) fn clip_with_host_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
+        &self,
+        module: &M,
+        grads: GradientsParams,
+        total_norm: f64,
+    ) -> GradientsParams {
+        let coefficient = self.coefficient(total_norm);
+        if coefficient >= 1.0 {
+            return grads;
+        }
+        clip_by::<B, M>(module, grads, Coefficient::Scalar(coefficient))
     }
 }
 
-struct NormVisitor<'a, B: AutodiffBackend> {
+/// The factor every gradient is multiplied by.
+enum Coefficient<B: Backend> {
+    /// A one-element tensor on the device.
+    Tensor(Tensor<B, 1>),
+    /// A value known on the host, in (0, 1].
+    Scalar(f64),
+}
+
+fn clip_by<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+    mut grads: GradientsParams,
+    coefficient: Coefficient<B::InnerBackend>,
+) -> GradientsParams {
+    let mut visitor = ClipVisitor::<B> {
+        grads: &mut grads,
+        coefficient,
+        seen: HashSet::new(),
+    };
+    module.visit(&mut visitor);
+    grads
+}
+
+/// The gradients of `id` in `shards`, cast to `dtype` and added on the device of the first.
+fn summed_grad<B: Backend, const D: usize>(
+    shards: &[&GradientsParams],
+    id: ParamId,
+    dtype: FloatDType,
+) -> Option<Tensor<B, D>> {
+    shards
+        .iter()
+        .filter_map(|grads| grads.get::<B, D>(id))
+        .map(|grad| grad.cast(dtype))
+        .reduce(|acc, grad| {
+            let device = acc.device();
+            acc + grad.to_device(&device)
+        })
+}
+
+/// Collects every gradient of the module (summed over the shards, at f32) as a flat tensor.
+struct FlatVisitor<'a, B: AutodiffBackend> {
     shards: &'a [&'a GradientsParams],
-    sum: Option<Tensor<B::InnerBackend, 1>>,
+    flat: Vec<Tensor<B::InnerBackend, 1>>,
+    /// The parameter of each entry of `flat`.
+    ids: Vec<ParamId>,
     seen: HashSet<ParamId>,
 }
 
-impl<B: AutodiffBackend> ModuleVisitor<B> for NormVisitor<'_, B> {
+impl<B: AutodiffBackend> ModuleVisitor<B> for FlatVisitor<'_, B> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
         if !self.seen.insert(param.id) {
             return;
         }
-        let Some(grad) = self
-            .shards
-            .iter()
-            .filter_map(|grads| grads.get::<B::InnerBackend, D>(param.id))
-            .map(|grad| grad.cast(FloatDType::F32))
-            .reduce(|acc, grad| {
-                let device = acc.device();
-                acc + grad.to_device(&device)
-            })
+        let Some(grad) = summed_grad::<B::InnerBackend, D>(self.shards, param.id, FloatDType::F32)
         else {
             return;
         };
-        let squares = grad.square().sum();
-        self.sum = Some(match self.sum.take() {
-            Some(acc) => {
-                let device = acc.device();
-                acc + squares.to_device(&device)
-            }
-            None => squares,
-        });
+        let len = grad.shape().num_elements();
+        self.flat.push(grad.reshape([len]));
+        self.ids.push(param.id);
+    }
+}
+
+/// Computes, for the wanted gradients, their largest magnitude and the sum of squares of the
+/// gradient divided by it, at f32 (f64 for f64 gradients).
+struct RescaleVisitor<'a, B: AutodiffBackend> {
+    shards: &'a [&'a GradientsParams],
+    wanted: HashSet<ParamId>,
+    /// Pairs of one-element tensors: the largest magnitude, then the rescaled sum of squares.
+    values: Vec<Tensor<B::InnerBackend, 1>>,
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for RescaleVisitor<'_, B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        // Removing the id also makes a shared parameter count once.
+        if !self.wanted.remove(&param.id) {
+            return;
+        }
+        let own = self
+            .shards
+            .iter()
+            .find_map(|grads| grads.get::<B::InnerBackend, D>(param.id))
+            .and_then(|grad| float_dtype(grad.dtype()));
+        let dtype = compute_dtype(own, None);
+        let Some(grad) = summed_grad::<B::InnerBackend, D>(self.shards, param.id, dtype) else {
+            return;
+        };
+        let largest = grad.clone().abs().max();
+        let divisor = largest
+            .clone()
+            .clamp_min(f32::MIN_POSITIVE)
+            .unsqueeze::<D>();
+        let rescaled = grad.div(divisor).square().sum();
+        self.values.push(largest);
+        self.values.push(rescaled);
     }
 }
 
 struct ClipVisitor<'a, B: AutodiffBackend> {
     grads: &'a mut GradientsParams,
-    coefficient: Tensor<B::InnerBackend, 1>,
+    coefficient: Coefficient<B::InnerBackend>,
     seen: HashSet<ParamId>,
 }
 
@@ -245,13 +482,25 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for ClipVisitor<'_, B> {
         };
         let own = float_dtype(grad.dtype());
         let compute = compute_dtype(own, None);
-        let mut coefficient = self.coefficient.clone();
         let device = grad.device();
-        if coefficient.device() != device {
-            coefficient = coefficient.to_device(&device);
-        }
-        let coefficient = coefficient.cast(compute).unsqueeze::<D>();
-        let clipped = grad.cast(compute).mul(coefficient);
+        let grad = grad.cast(compute);
+        let clipped = match &self.coefficient {
+            Coefficient::Tensor(coefficient) => {
+                let mut coefficient = coefficient.clone();
+                if coefficient.device() != device {
+                    coefficient = coefficient.to_device(&device);
+                }
+                grad.mul(coefficient.cast(compute).unsqueeze::<D>())
+            }
+            // A coefficient below f32's smallest normal value (a norm near f32::MAX clipped to
+            // a small threshold) could be flushed to zero by the device: apply it as two
+            // normal factors instead.
+            Coefficient::Scalar(coefficient) if *coefficient < f64::from(f32::MIN_POSITIVE) => {
+                let root = coefficient.sqrt();
+                grad.mul_scalar(root).mul_scalar(root)
+            }
+            Coefficient::Scalar(coefficient) => grad.mul_scalar(*coefficient),
+        };
         let clipped = match own {
             Some(own) => clipped.cast(own),
             None => clipped,

@@ -1,6 +1,8 @@
 //! Typed errors of this crate.
 
-use burn::record::RecorderError;
+use std::path::PathBuf;
+
+use burn::module::ParamId;
 use burn::tensor::backend::ExecutionError;
 
 /// A loss-scale configuration or state that this crate refuses to build.
@@ -88,15 +90,20 @@ pub enum LossScaleError {
 
 /// A failure while running one optimizer step through a [`LossScaler`](crate::LossScaler).
 ///
-/// When a step fails, the scaler's state is unchanged and the optimizer was not called.
+/// When a step fails, the scaler's state is unchanged, the optimizer was not called and the
+/// parameters are untouched.
 ///
 /// # Example
 ///
 /// ```
+/// use burn::module::ParamId;
 /// use burn_mpric_scale::StepError;
 ///
 /// let err = StepError::UnexpectedRead("flag had 0 values".into());
 /// assert!(err.to_string().contains("flag had 0 values"));
+///
+/// let err = StepError::GradientShape { param: ParamId::new(), expected: vec![2, 2], got: vec![3] };
+/// assert!(err.to_string().contains("[3]"));
 /// ```
 #[derive(Debug, thiserror::Error)]
 pub enum StepError {
@@ -106,6 +113,19 @@ pub enum StepError {
     /// The device returned data of an unexpected shape or type.
     #[error("the device returned unexpected data: {0}")]
     UnexpectedRead(String),
+    /// A gradient registered for a parameter of the module has another shape (or rank) than
+    /// the parameter; it was registered under the wrong [`ParamId`] or computed wrongly.
+    #[error(
+        "the gradient of parameter {param} has shape {got:?}, but the parameter has shape {expected:?}"
+    )]
+    GradientShape {
+        /// The parameter the gradient was registered for.
+        param: ParamId,
+        /// The parameter's shape.
+        expected: Vec<usize>,
+        /// The gradient's shape (its real dimensions, whatever rank it was registered with).
+        got: Vec<usize>,
+    },
 }
 
 /// A saved scaler state that cannot be loaded.
@@ -122,10 +142,33 @@ pub enum StepError {
 /// ```
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
-    /// The recorder could not write or read the file (missing, truncated, corrupt, or holding a
-    /// record of another type).
-    #[error("the loss-scaler record could not be saved or loaded: {0}")]
-    Recorder(#[from] RecorderError),
+    /// The file could not be written or read (missing, unreadable, no space left, ...).
+    #[error("the loss-scaler state file {path} could not be written or read: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is larger than any loss-scaler state
+    /// ([`MAX_STATE_FILE_BYTES`](crate::MAX_STATE_FILE_BYTES)); it was not read further.
+    #[error("the loss-scaler state file {path} is larger than {max} bytes")]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The limit, in bytes.
+        max: usize,
+    },
+    /// The file's content is not a loss-scaler state (empty, truncated, corrupt, or another
+    /// kind of file), or the state could not be encoded.
+    #[error("{path} does not hold a loss-scaler state: {reason}")]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// What was wrong.
+        reason: String,
+    },
     /// The record was written by an unknown format version.
     #[error("loss-scaler record format version {found} is not supported (expected {expected})")]
     UnsupportedVersion {

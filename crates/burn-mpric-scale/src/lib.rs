@@ -17,7 +17,8 @@
 //! - [`LossScaler`], the step contract around any Burn optimizer: skip non-finite steps (params
 //!   and optimizer state untouched), update the scale, report a [`StepOutcome`];
 //! - global-norm clipping ([`GlobalNormClip`]), multi-replica flags ([`combine_finite_flags`]),
-//!   and checkpointable state ([`LossScalerRecord`]).
+//!   and checkpointable state ([`LossScalerRecord`], which embeds in Burn records, and
+//!   [`LossScaler::save_file`] / [`LossScaler::load_file`], which never trust a file's content).
 //!
 //! # Example
 //!
@@ -95,7 +96,7 @@ pub use loss_scale::{LossScale, LossScaling};
 pub use noop::NoOpLossScale;
 pub use outcome::{ScalerStats, StepAction, StepOutcome};
 pub use preset::{LossScalePreset, PRESET_NAMES};
-pub use record::{LossScaleKind, LossScalerRecord, RECORD_FORMAT_VERSION};
+pub use record::{LossScaleKind, LossScalerRecord, MAX_STATE_FILE_BYTES, RECORD_FORMAT_VERSION};
 pub use replicas::{all_replicas_finite, combine_finite_flags};
 pub use scaler::{CheckedGrads, LossScaler};
 pub use static_scale::StaticLossScale;

@@ -7,6 +7,7 @@ use burn::tensor::{FloatDType, Tensor};
 
 use crate::dtype::{float_dtype, inverse_of, mul_in_compute};
 use crate::dynamic::DynamicLossScale;
+use crate::error::StepError;
 use crate::noop::NoOpLossScale;
 use crate::static_scale::StaticLossScale;
 use crate::unscale::{UnscaledGrads, unscale_grads};
@@ -111,7 +112,7 @@ pub trait LossScaling: Copy {
     }
 
     /// Casts every gradient of `module` to its parameter's dtype, unscales it, and builds one
-    /// on-device finiteness flag; see [`unscale_grads`](crate::unscale_grads).
+    /// on-device finiteness flag; see [`unscale_grads`](crate::unscale_grads) (and its errors).
     ///
     /// # Example
     ///
@@ -126,7 +127,7 @@ pub trait LossScaling: Copy {
     /// let model: Linear<Autodiff<Flex>> = LinearConfig::new(1, 1).init(&device);
     /// let mut grads = GradientsParams::new();
     /// grads.register(model.weight.id, Tensor::<Flex, 2>::from_floats([[6.0]], &device));
-    /// let unscaled = StaticLossScale::new(2.0).unwrap().unscale_grads(&model, grads);
+    /// let unscaled = StaticLossScale::new(2.0).unwrap().unscale_grads(&model, grads).unwrap();
     /// let g = unscaled.into_grads().get::<Flex, 2>(model.weight.id).unwrap();
     /// assert_eq!(g.into_scalar(), 3.0);
     /// ```
@@ -134,7 +135,7 @@ pub trait LossScaling: Copy {
         &self,
         module: &M,
         grads: GradientsParams,
-    ) -> UnscaledGrads<B::InnerBackend> {
+    ) -> Result<UnscaledGrads<B::InnerBackend>, StepError> {
         unscale_grads::<B, M>(module, grads, self.loss_scale())
     }
 }

@@ -109,7 +109,9 @@ pub struct StepOutcome {
     pub next_scale: f32,
     /// The loss divided by `scale_used`, when a loss was given to the step.
     pub loss: Option<f32>,
-    /// The global L2 norm of the unscaled gradients before clipping, when clipping is on.
+    /// The global L2 norm of the unscaled gradients before clipping, when clipping is on
+    /// (infinite when an element is infinite or the norm exceeds `f32::MAX`, and the step was
+    /// skipped; NaN when an element is NaN).
     pub grad_norm: Option<f32>,
     /// The scaler's counters after this step.
     pub stats: ScalerStats,

@@ -1,8 +1,10 @@
 //! Checkpointable state of a [`LossScaler`] as a Burn [`Record`].
 
-use std::path::PathBuf;
+use std::io::{Read, Write};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use burn::record::{FileRecorder, PrecisionSettings, Record};
+use burn::record::{PrecisionSettings, Record};
 use burn::tensor::backend::Backend;
 use serde::{Deserialize, Serialize};
 
@@ -27,6 +29,21 @@ use crate::static_scale::StaticLossScale;
 /// ```
 pub const RECORD_FORMAT_VERSION: u32 = 1;
 
+/// The largest file [`LossScaler::load_file`] reads (64 KiB; a saved state takes well under
+/// 1 KiB).
+///
+/// # Example
+///
+/// ```
+/// use burn_mpric_scale::{LossScaler, MAX_STATE_FILE_BYTES, StateError};
+///
+/// let path = std::env::temp_dir().join(format!("scaler-large-doc-{}", std::process::id()));
+/// std::fs::write(&path, vec![b' '; MAX_STATE_FILE_BYTES + 1]).unwrap();
+/// assert!(matches!(LossScaler::load_file(&path), Err(StateError::TooLarge { .. })));
+/// # std::fs::remove_file(&path).unwrap();
+/// ```
+pub const MAX_STATE_FILE_BYTES: usize = 64 * 1024;
+
 /// Which loss scale a record holds.
 ///
 /// # Example
@@ -49,8 +66,10 @@ pub enum LossScaleKind {
 /// The complete state of a [`LossScaler`]: scale, counters, configuration and clipping.
 ///
 /// It implements Burn's [`Record`] (its item is the struct itself, so every recorder stores the
-/// scale as an exact f32 whatever its precision settings), and loads back through
-/// [`LossScaler::from_record`], which validates every field.
+/// scale as an exact f32 whatever its precision settings), so it can be embedded in records of
+/// your own, and loads back through [`LossScaler::from_record`], which validates every field.
+/// On its own it is saved and loaded with [`LossScaler::save_file`] and
+/// [`LossScaler::load_file`].
 ///
 /// # Example
 ///
@@ -178,56 +197,107 @@ impl LossScaler {
         Ok(Self::from_state(loss_scale, clip, stats))
     }
 
-    /// Saves the state to a file with a Burn file recorder (the recorder adds its extension).
+    /// Saves the state to `path` (used as given, no extension added) as a small JSON document
+    /// that [`load_file`](Self::load_file) reads back bit-exactly.
     ///
-    /// The backend type only selects the recorder implementation; the state holds no tensor.
+    /// The file is written next to `path` first and then renamed over it, so an interrupted
+    /// save leaves the previous state in place. The state does not depend on a backend or a
+    /// Burn recorder; to store it inside a record of your own, embed the
+    /// [`LossScalerRecord`] from [`to_record`](Self::to_record) (it implements Burn's
+    /// [`Record`]).
     ///
     /// # Example
     ///
     /// ```
-    /// use burn::backend::Flex;
-    /// use burn::record::{DefaultFileRecorder, FullPrecisionSettings};
-    /// use burn_mpric_scale::LossScaler;
+    /// use burn_mpric_scale::{LossScaleConfig, LossScaler};
     ///
-    /// let path = std::env::temp_dir().join(format!("scaler-doc-{}", std::process::id()));
-    /// let recorder = DefaultFileRecorder::<FullPrecisionSettings>::new();
-    /// let scaler = LossScaler::default();
-    /// scaler.save_file::<Flex, _>(&recorder, path.clone()).unwrap();
-    /// let loaded = LossScaler::load_file::<Flex, _>(&recorder, path.clone(), &Default::default());
-    /// assert_eq!(loaded.unwrap(), scaler);
-    /// # std::fs::remove_file(path.with_extension("mpk")).unwrap();
+    /// let path = std::env::temp_dir().join(format!("scaler-doc-{}.json", std::process::id()));
+    /// let mut scaler = LossScaler::dynamic(LossScaleConfig::torch()).unwrap();
+    /// scaler.update(false);
+    /// scaler.save_file(&path).unwrap();
+    /// assert_eq!(LossScaler::load_file(&path).unwrap(), scaler);
+    /// # std::fs::remove_file(&path).unwrap();
     /// ```
-    pub fn save_file<B: Backend, R: FileRecorder<B>>(
-        &self,
-        recorder: &R,
-        path: impl Into<PathBuf>,
-    ) -> Result<(), StateError> {
-        recorder.record(self.to_record(), path.into())?;
+    pub fn save_file(&self, path: impl AsRef<Path>) -> Result<(), StateError> {
+        let path = path.as_ref();
+        let bytes =
+            serde_json::to_vec_pretty(&self.to_record()).map_err(|err| StateError::Format {
+                path: path.to_path_buf(),
+                reason: err.to_string(),
+            })?;
+        let io = |source| StateError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        // A name no other save (in this process or another) writes at the same time.
+        static SAVES: AtomicU64 = AtomicU64::new(0);
+        let save = SAVES.fetch_add(1, Ordering::Relaxed);
+        let mut name = path.file_name().unwrap_or_default().to_os_string();
+        name.push(format!(".{}-{save}.tmp", std::process::id()));
+        let temp = path.with_file_name(name);
+        let written = std::fs::File::create(&temp)
+            .and_then(|mut file| file.write_all(&bytes).and_then(|()| file.sync_all()))
+            .and_then(|()| std::fs::rename(&temp, path));
+        if let Err(err) = written {
+            let _ = std::fs::remove_file(&temp);
+            return Err(io(err));
+        }
         Ok(())
     }
 
-    /// Loads a state saved by [`save_file`](Self::save_file). A missing, truncated or foreign
-    /// file is a [`StateError::Recorder`]; a readable but inconsistent state is another
-    /// [`StateError`].
+    /// Loads a state saved by [`save_file`](Self::save_file).
+    ///
+    /// Whatever the file holds, loading returns an error instead of aborting or allocating
+    /// from lengths found in the file: at most [`MAX_STATE_FILE_BYTES`] bytes are read (a
+    /// larger file is a [`StateError::TooLarge`]), and they are parsed as JSON from memory
+    /// (JSON declares no lengths, and the state holds no sequence or string of its own).
+    ///
+    /// # Errors
+    ///
+    /// - [`StateError::Io`]: the file is missing or unreadable;
+    /// - [`StateError::TooLarge`]: it is larger than [`MAX_STATE_FILE_BYTES`];
+    /// - [`StateError::Format`]: it is empty, truncated, corrupt or another kind of file;
+    /// - any other [`StateError`]: it is readable but the state is inconsistent
+    ///   (see [`from_record`](Self::from_record)).
     ///
     /// # Example
     ///
     /// ```
-    /// use burn::backend::Flex;
-    /// use burn::record::{DefaultFileRecorder, FullPrecisionSettings};
     /// use burn_mpric_scale::{LossScaler, StateError};
     ///
-    /// let recorder = DefaultFileRecorder::<FullPrecisionSettings>::new();
-    /// let missing = std::env::temp_dir().join("no-such-loss-scaler-state");
-    /// let err = LossScaler::load_file::<Flex, _>(&recorder, missing, &Default::default());
-    /// assert!(matches!(err, Err(StateError::Recorder(_))));
+    /// let dir = std::env::temp_dir();
+    /// let missing = dir.join("no-such-loss-scaler-state.json");
+    /// assert!(matches!(LossScaler::load_file(&missing), Err(StateError::Io { .. })));
+    ///
+    /// let garbage = dir.join(format!("scaler-garbage-doc-{}.bin", std::process::id()));
+    /// std::fs::write(&garbage, [0xff, 0x76, 0x0c, 0x1e, 0x0a, 0xb5, 0xa2, 0x8c, 0x17]).unwrap();
+    /// assert!(matches!(LossScaler::load_file(&garbage), Err(StateError::Format { .. })));
+    /// # std::fs::remove_file(&garbage).unwrap();
     /// ```
-    pub fn load_file<B: Backend, R: FileRecorder<B>>(
-        recorder: &R,
-        path: impl Into<PathBuf>,
-        device: &B::Device,
-    ) -> Result<Self, StateError> {
-        let record: LossScalerRecord = recorder.load(path.into(), device)?;
+    pub fn load_file(path: impl AsRef<Path>) -> Result<Self, StateError> {
+        let path = path.as_ref();
+        let io = |source| StateError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        // Read one byte past the limit (never trusting the reported size, which is 0 for
+        // devices and pipes) to tell a full-size file from a larger one.
+        let mut bytes = Vec::new();
+        file.take(MAX_STATE_FILE_BYTES as u64 + 1)
+            .read_to_end(&mut bytes)
+            .map_err(io)?;
+        if bytes.len() > MAX_STATE_FILE_BYTES {
+            return Err(StateError::TooLarge {
+                path: path.to_path_buf(),
+                max: MAX_STATE_FILE_BYTES,
+            });
+        }
+        let record: LossScalerRecord =
+            serde_json::from_slice(&bytes).map_err(|err| StateError::Format {
+                path: path.to_path_buf(),
+                reason: err.to_string(),
+            })?;
         Self::from_record(record)
     }
 }

@@ -51,8 +51,8 @@ pub fn combine_finite_flags<B: Backend>(
 /// let mut bad = GradientsParams::new();
 /// bad.register(model.weight.id, Tensor::<Flex, 2>::from_floats([[f32::NAN]], &device));
 ///
-/// let a = unscale_grads(&model, good, 2.0);
-/// let b = unscale_grads(&model, bad, 2.0);
+/// let a = unscale_grads(&model, good, 2.0).unwrap();
+/// let b = unscale_grads(&model, bad, 2.0).unwrap();
 /// assert!(!all_replicas_finite(&[&a, &b], &device).unwrap());
 /// assert!(all_replicas_finite(&[&a], &device).unwrap());
 /// ```

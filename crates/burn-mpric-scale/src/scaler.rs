@@ -5,7 +5,7 @@ use burn::optim::{GradientsParams, LearningRate, MultiGradientsParams, Optimizer
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, FloatDType, Tensor, TensorData, Transaction};
 
-use crate::clip::{GlobalNormClip, global_grad_norm_of_sum};
+use crate::clip::{GlobalNormClip, GradSquares, global_norm_from_squares, grad_squares_of_sum};
 use crate::config::LossScaleConfig;
 use crate::error::{LossScaleError, StepError};
 use crate::loss_scale::{LossScale, LossScaling};
@@ -75,7 +75,7 @@ impl Default for LossScaler {
 struct StepValues {
     finite: bool,
     loss: Option<f32>,
-    norm: Option<f32>,
+    squares: Option<Vec<f32>>,
 }
 
 impl LossScaler {
@@ -252,7 +252,7 @@ impl LossScaler {
     }
 
     /// Casts, unscales and checks all gradients of `module` with the current scale; see
-    /// [`unscale_grads`](crate::unscale_grads). Nothing is read from the device.
+    /// [`unscale_grads`](crate::unscale_grads) (and its errors). Nothing is read from the device.
     ///
     /// # Example
     ///
@@ -267,14 +267,14 @@ impl LossScaler {
     /// let model: Linear<Autodiff<Flex>> = LinearConfig::new(1, 1).init(&device);
     /// let mut grads = GradientsParams::new();
     /// grads.register(model.weight.id, Tensor::<Flex, 2>::from_floats([[f32::INFINITY]], &device));
-    /// let unscaled = LossScaler::default().unscale_grads(&model, grads);
+    /// let unscaled = LossScaler::default().unscale_grads(&model, grads).unwrap();
     /// assert!(!unscaled.read_finite().unwrap());
     /// ```
     pub fn unscale_grads<B: AutodiffBackend, M: AutodiffModule<B>>(
         &self,
         module: &M,
         grads: GradientsParams,
-    ) -> UnscaledGrads<B::InnerBackend> {
+    ) -> Result<UnscaledGrads<B::InnerBackend>, StepError> {
         self.loss_scale.unscale_grads::<B, M>(module, grads)
     }
 
@@ -316,8 +316,13 @@ impl LossScaler {
     /// [`scale_loss`](Self::scale_loss)): unscale and check all gradients, clip if configured,
     /// run `optim` if all are finite or skip it, then update the scale.
     ///
-    /// The module always comes back. On `Err` (the device could not be read) nothing changed:
-    /// the optimizer was not called and the scaler state is the same.
+    /// With clipping on, the global norm is combined on the host in f64 and cannot overflow
+    /// for finite gradients (elements around 1e20 included); a norm that is not representable
+    /// in f32 makes the step non-finite (skipped), never applied with zeroed gradients.
+    ///
+    /// The module always comes back. On `Err` (the device could not be read, or a gradient's
+    /// shape differs from its parameter's: [`StepError::GradientShape`]) nothing changed: the
+    /// optimizer was not called, the parameters and the scaler state are the same.
     ///
     /// # Example
     ///
@@ -460,6 +465,11 @@ impl LossScaler {
     /// Unscales, checks and (when configured) clips the gradients of one step held in several
     /// shards (one per device), with one finiteness flag and one global norm over all of them:
     /// the norm is the norm of the summed gradient, which is what the optimizer applies.
+    ///
+    /// The flag, the loss and the per-gradient sums of squares are read in one transaction;
+    /// the norm is combined from them on the host in f64. Only when a sum of squares overflowed
+    /// f32 are those gradients read again (see [`global_norm_from_squares`]). A step whose
+    /// norm is not finite or not representable in f32 counts as non-finite (skipped).
     fn check_shards<B, M>(
         &self,
         module: &M,
@@ -471,9 +481,11 @@ impl LossScaler {
         M: AutodiffModule<B>,
     {
         let scale_used = self.scale();
-        // One shard with clipping: the norm comes from the same reduction as the check.
+        // One shard with clipping: the sums of squares come from the same reduction as the
+        // check, and decide finiteness on their own (a NaN or infinite element makes its
+        // gradient's sum NaN or infinite).
         let fused_norm = self.clip.is_some() && shards.len() == 1;
-        let unscaled: Vec<_> = shards
+        let unscaled = shards
             .into_iter()
             .map(|grads| {
                 if fused_norm {
@@ -482,45 +494,77 @@ impl LossScaler {
                     self.unscale_grads::<B, M>(module, grads)
                 }
             })
-            .collect();
-        let flags: Vec<_> = unscaled.iter().filter_map(|u| u.finite_flag()).collect();
-        let flag = match flags.first().map(|flag| flag.device()) {
-            Some(device) => combine_finite_flags(flags, &device),
-            None => None,
+            .collect::<Result<Vec<_>, StepError>>()?;
+        let flag = if fused_norm {
+            None
+        } else {
+            let flags: Vec<_> = unscaled.iter().filter_map(|u| u.finite_flag()).collect();
+            match flags.first().map(|flag| flag.device()) {
+                Some(device) => combine_finite_flags(flags, &device),
+                None => None,
+            }
         };
-        let norm = match (self.clip, fused_norm) {
+        let squares = match (self.clip, fused_norm) {
             (None, _) => None,
-            (Some(_), true) => unscaled[0].squared_norm().map(Tensor::sqrt),
+            (Some(_), true) => unscaled[0].squares().cloned(),
             (Some(_), false) => {
                 let shards: Vec<&GradientsParams> = unscaled.iter().map(|u| u.grads()).collect();
-                global_grad_norm_of_sum::<B, M>(module, &shards)
+                grad_squares_of_sum::<B, M>(module, &shards)
             }
+        };
+        let (squares, ids) = match squares {
+            Some(GradSquares { values, ids }) => (Some(values), ids),
+            None => (None, Vec::new()),
         };
         // One transaction reads everything: keep the values on one device.
-        let norm = match (&flag, norm) {
-            (Some(flag), Some(norm)) if flag.device() != norm.device() => {
-                Some(norm.to_device(&flag.device()))
+        let squares = match (&flag, squares) {
+            (Some(flag), Some(squares)) if flag.device() != squares.device() => {
+                Some(squares.to_device(&flag.device()))
             }
-            (_, norm) => norm,
+            (_, squares) => squares,
         };
-        let values = read_step_values(flag, loss, norm.clone())?;
+        let values = read_step_values(flag, loss, squares)?;
         let mut grads: Vec<_> = unscaled
             .into_iter()
             .map(UnscaledGrads::into_grads)
             .collect();
-        if let (true, Some(clip), Some(norm)) = (values.finite, self.clip, norm) {
-            grads = grads
-                .into_iter()
-                .map(|shard| clip.clip_with_norm::<B, M>(module, shard, norm.clone()))
-                .collect();
+        let mut finite = values.finite;
+        let mut grad_norm = None;
+        if let (Some(clip), Some(squares)) = (self.clip, values.squares) {
+            let norm = if finite {
+                let shards: Vec<&GradientsParams> = grads.iter().collect();
+                global_norm_from_squares::<B, M>(module, &shards, &squares, &ids)?
+            } else if squares.iter().any(|square| square.is_nan()) {
+                // Some element is not finite: nothing to recompute.
+                f64::NAN
+            } else {
+                f64::INFINITY
+            };
+            // A norm that is not finite, or not representable in f32, would clip every
+            // gradient to zero (or to NaN): the step counts as non-finite instead.
+            let representable = norm.is_finite() && norm <= f64::from(f32::MAX);
+            finite &= representable;
+            grad_norm = Some(if norm.is_nan() {
+                f32::NAN
+            } else if representable {
+                norm as f32
+            } else {
+                f32::INFINITY
+            });
+            if finite {
+                grads = grads
+                    .into_iter()
+                    .map(|shard| clip.clip_with_host_norm::<B, M>(module, shard, norm))
+                    .collect();
+            }
         }
         Ok(Shards {
             grads,
-            finite: values.finite,
+            finite,
             loss: values
                 .loss
                 .map(|loss| (f64::from(loss) / f64::from(scale_used)) as f32),
-            grad_norm: values.norm,
+            grad_norm,
         })
     }
 
@@ -578,7 +622,7 @@ impl LossScaler {
     }
 
     /// Runs `optimize` on the checked gradients when they are all finite, then updates the
-    /// scale; on a read error nothing changes.
+    /// scale; on an error nothing changes.
     fn apply<M>(
         &mut self,
         module: M,
@@ -627,11 +671,14 @@ impl LossScaler {
 pub struct CheckedGrads {
     /// The unscaled gradients.
     pub grads: GradientsParams,
-    /// Whether every gradient was finite.
+    /// Whether every gradient was finite (and, with clipping on, the global norm finite and
+    /// representable in f32).
     pub finite: bool,
     /// The loss divided by the scale that was used, when a loss was given.
     pub loss: Option<f32>,
-    /// The global L2 norm before clipping, when clipping is on.
+    /// The global L2 norm before clipping, when clipping is on and the module had gradients:
+    /// infinite when an element is infinite or the norm exceeds `f32::MAX`, NaN when an
+    /// element is NaN.
     pub grad_norm: Option<f32>,
 }
 
@@ -650,25 +697,26 @@ struct Shards {
     grad_norm: Option<f32>,
 }
 
-/// Reads the flag, the loss and the norm in one transaction (one device sync).
+/// Reads the flag, the loss and the per-gradient sums of squares in one transaction (one
+/// device sync).
 fn read_step_values<B: Backend>(
     flag: Option<Tensor<B, 1, Bool>>,
     loss: Option<Tensor<B, 1>>,
-    norm: Option<Tensor<B, 1>>,
+    squares: Option<Tensor<B, 1>>,
 ) -> Result<StepValues, StepError> {
-    let (has_flag, has_loss, has_norm) = (flag.is_some(), loss.is_some(), norm.is_some());
-    if !(has_flag || has_loss || has_norm) {
+    let (has_flag, has_loss, has_squares) = (flag.is_some(), loss.is_some(), squares.is_some());
+    if !(has_flag || has_loss || has_squares) {
         return Ok(StepValues {
             finite: true,
             loss: None,
-            norm: None,
+            squares: None,
         });
     }
     let mut transaction = Transaction::<B>::default();
     if let Some(flag) = flag {
         transaction = transaction.register(flag);
     }
-    for value in [loss, norm].into_iter().flatten() {
+    for value in [loss, squares].into_iter().flatten() {
         transaction = transaction.register(value);
     }
     let mut data = transaction.try_execute()?.into_iter();
@@ -683,12 +731,16 @@ fn read_step_values<B: Backend>(
     } else {
         None
     };
-    let norm = if has_norm {
-        Some(read_f32(next()?)?)
+    let squares = if has_squares {
+        Some(next()?.iter::<f32>().collect())
     } else {
         None
     };
-    Ok(StepValues { finite, loss, norm })
+    Ok(StepValues {
+        finite,
+        loss,
+        squares,
+    })
 }
 
 fn read_f32(data: TensorData) -> Result<f32, StepError> {

@@ -7,6 +7,7 @@ use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, FloatDType, Tensor};
 
+use crate::clip::GradSquares;
 use crate::dtype::{compute_dtype, float_dtype, inverse_of};
 use crate::error::StepError;
 
@@ -31,7 +32,7 @@ use crate::error::StepError;
 /// let loss = model.forward(Tensor::<B, 2>::ones([1, 2], &device)).sum().mul_scalar(8.0);
 /// let grads = GradientsParams::from_grads(loss.backward(), &model);
 ///
-/// let unscaled = unscale_grads(&model, grads, 8.0);
+/// let unscaled = unscale_grads(&model, grads, 8.0).unwrap();
 /// assert_eq!(unscaled.len(), 2); // weight and bias
 /// assert!(unscaled.read_finite().unwrap());
 /// let bias_grad = unscaled.grads().get::<Flex, 1>(model.bias.as_ref().unwrap().id).unwrap();
@@ -41,7 +42,7 @@ use crate::error::StepError;
 pub struct UnscaledGrads<B: Backend> {
     grads: GradientsParams,
     finite: Option<Tensor<B, 1, Bool>>,
-    squared_norm: Option<Tensor<B, 1>>,
+    squares: Option<GradSquares<B>>,
     count: usize,
     scale: f32,
 }
@@ -58,7 +59,7 @@ impl<B: Backend> UnscaledGrads<B> {
     /// use burn_mpric_scale::unscale_grads;
     ///
     /// let model: Linear<Autodiff<Flex>> = LinearConfig::new(2, 2).init(&Default::default());
-    /// assert!(unscale_grads(&model, GradientsParams::new(), 4.0).grads().is_empty());
+    /// assert!(unscale_grads(&model, GradientsParams::new(), 4.0).unwrap().grads().is_empty());
     /// ```
     pub fn grads(&self) -> &GradientsParams {
         &self.grads
@@ -75,7 +76,7 @@ impl<B: Backend> UnscaledGrads<B> {
     /// use burn_mpric_scale::unscale_grads;
     ///
     /// let model: Linear<Autodiff<Flex>> = LinearConfig::new(2, 2).init(&Default::default());
-    /// let grads = unscale_grads(&model, GradientsParams::new(), 4.0).into_grads();
+    /// let grads = unscale_grads(&model, GradientsParams::new(), 4.0).unwrap().into_grads();
     /// assert!(grads.is_empty());
     /// ```
     pub fn into_grads(self) -> GradientsParams {
@@ -93,7 +94,7 @@ impl<B: Backend> UnscaledGrads<B> {
     /// use burn_mpric_scale::unscale_grads;
     ///
     /// let model: Linear<Autodiff<Flex>> = LinearConfig::new(2, 2).init(&Default::default());
-    /// assert_eq!(unscale_grads(&model, GradientsParams::new(), 4.0).scale(), 4.0);
+    /// assert_eq!(unscale_grads(&model, GradientsParams::new(), 4.0).unwrap().scale(), 4.0);
     /// ```
     pub fn scale(&self) -> f32 {
         self.scale
@@ -114,7 +115,7 @@ impl<B: Backend> UnscaledGrads<B> {
     /// let model: Linear<Autodiff<Flex>> = LinearConfig::new(1, 1).init(&device);
     /// let mut grads = GradientsParams::new();
     /// grads.register(model.weight.id, Tensor::<Flex, 2>::from_floats([[1.0]], &device));
-    /// assert_eq!(unscale_grads(&model, grads, 4.0).len(), 1);
+    /// assert_eq!(unscale_grads(&model, grads, 4.0).unwrap().len(), 1);
     /// ```
     pub fn len(&self) -> usize {
         self.count
@@ -131,7 +132,7 @@ impl<B: Backend> UnscaledGrads<B> {
     /// use burn_mpric_scale::unscale_grads;
     ///
     /// let model: Linear<Autodiff<Flex>> = LinearConfig::new(2, 2).init(&Default::default());
-    /// assert!(unscale_grads(&model, GradientsParams::new(), 1.0).is_empty());
+    /// assert!(unscale_grads(&model, GradientsParams::new(), 1.0).unwrap().is_empty());
     /// ```
     pub fn is_empty(&self) -> bool {
         self.count == 0
@@ -151,7 +152,7 @@ impl<B: Backend> UnscaledGrads<B> {
     /// use burn_mpric_scale::unscale_grads;
     ///
     /// let model: Linear<Autodiff<Flex>> = LinearConfig::new(2, 2).init(&Default::default());
-    /// assert!(unscale_grads(&model, GradientsParams::new(), 1.0).finite_flag().is_none());
+    /// assert!(unscale_grads(&model, GradientsParams::new(), 1.0).unwrap().finite_flag().is_none());
     /// ```
     pub fn finite_flag(&self) -> Option<Tensor<B, 1, Bool>> {
         self.finite.clone()
@@ -172,7 +173,7 @@ impl<B: Backend> UnscaledGrads<B> {
     /// let model: Linear<Autodiff<Flex>> = LinearConfig::new(1, 1).init(&device);
     /// let mut grads = GradientsParams::new();
     /// grads.register(model.weight.id, Tensor::<Flex, 2>::from_floats([[f32::NAN]], &device));
-    /// assert!(!unscale_grads(&model, grads, 4.0).read_finite().unwrap());
+    /// assert!(!unscale_grads(&model, grads, 4.0).unwrap().read_finite().unwrap());
     /// ```
     pub fn read_finite(&self) -> Result<bool, StepError> {
         match &self.finite {
@@ -181,10 +182,10 @@ impl<B: Backend> UnscaledGrads<B> {
         }
     }
 
-    /// The squared global L2 norm of the unscaled gradients, computed in the same pass by
-    /// [`unscale_grads_with_norm`].
-    pub(crate) fn squared_norm(&self) -> Option<Tensor<B, 1>> {
-        self.squared_norm.clone()
+    /// The per-gradient sums of squares of the unscaled gradients, computed in the same pass by
+    /// [`unscale_grads_with_norm`] (`None` from [`unscale_grads`] or without gradients).
+    pub(crate) fn squares(&self) -> Option<&GradSquares<B>> {
+        self.squares.as_ref()
     }
 }
 
@@ -204,7 +205,10 @@ pub(crate) fn read_bool(data: burn::tensor::TensorData) -> Result<bool, StepErro
 ///
 /// Under mixed precision a gradient can come back in the compute dtype (f16 for an f32
 /// parameter); optimizers expect the parameter's dtype. Gradients of parameters that are not in
-/// `module` are left as they are; a parameter shared by several submodules is cast once.
+/// `module` are left as they are; a parameter shared by several submodules is cast once. A
+/// gradient whose shape differs from its parameter's is left as it is too ([`unscale_grads`]
+/// and the [`LossScaler`](crate::LossScaler) steps report it as
+/// [`StepError::GradientShape`]).
 ///
 /// # Example
 ///
@@ -242,12 +246,17 @@ pub fn cast_grads_to_param_dtype<B: AutodiffBackend, M: AutodiffModule<B>>(
 /// exactly when every element is (an infinity or NaN anywhere makes it inf or NaN; f16 and
 /// bf16 gradients summed in f32 cannot overflow it), so one `is_finite().all()` over the
 /// stacked sums is the flag for all gradients. Only a finite f32 gradient whose sum exceeds
-/// f32's range (elements near 3e38) would count as non-finite. Non-finite gradients are
-/// unscaled too. Nothing is read from the device.
+/// f32's range (elements near 3e38) would count as non-finite (f64 gradients are checked at
+/// f64). Non-finite gradients are unscaled too. Nothing is read from the device.
 ///
 /// Unlike PyTorch, f16 gradients of f16 parameters are accepted: the multiplication runs in f32
 /// and is rounded once. `scale` should be a valid scale (see [`LossScaling`](crate::LossScaling));
 /// a degenerate one (0, infinity, NaN) makes the gradients non-finite, which the flag reports.
+///
+/// # Errors
+///
+/// [`StepError::GradientShape`] when a gradient's shape or rank differs from its parameter's
+/// (checked on the host, from the shapes alone); the gradients are dropped then.
 ///
 /// # Example
 ///
@@ -256,7 +265,7 @@ pub fn cast_grads_to_param_dtype<B: AutodiffBackend, M: AutodiffModule<B>>(
 /// use burn::nn::{Linear, LinearConfig};
 /// use burn::optim::GradientsParams;
 /// use burn::tensor::{DType, FloatDType, Tensor};
-/// use burn_mpric_scale::unscale_grads;
+/// use burn_mpric_scale::{StepError, unscale_grads};
 ///
 /// let device = Default::default();
 /// let model: Linear<Autodiff<Flex>> = LinearConfig::new(1, 1).init(&device);
@@ -264,28 +273,34 @@ pub fn cast_grads_to_param_dtype<B: AutodiffBackend, M: AutodiffModule<B>>(
 /// // An f16 gradient of an f32 parameter, scaled by 1024.
 /// let g = Tensor::<Flex, 2>::from_floats([[2048.0]], &device).cast(FloatDType::F16);
 /// grads.register(model.weight.id, g);
-/// let unscaled = unscale_grads(&model, grads, 1024.0);
+/// let unscaled = unscale_grads(&model, grads, 1024.0).unwrap();
 /// assert!(unscaled.read_finite().unwrap());
 /// let g = unscaled.into_grads().get::<Flex, 2>(model.weight.id).unwrap();
 /// assert_eq!(g.dtype(), DType::F32);
 /// assert_eq!(g.into_scalar(), 2.0);
+///
+/// // A gradient of the wrong shape for the [1, 1] weight.
+/// let mut grads = GradientsParams::new();
+/// grads.register(model.weight.id, Tensor::<Flex, 2>::ones([1, 3], &device));
+/// let err = unscale_grads(&model, grads, 1024.0).unwrap_err();
+/// assert!(matches!(err, StepError::GradientShape { ref got, .. } if got == &[1, 3]));
 /// ```
 pub fn unscale_grads<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: &M,
     grads: GradientsParams,
     scale: f32,
-) -> UnscaledGrads<B::InnerBackend> {
+) -> Result<UnscaledGrads<B::InnerBackend>, StepError> {
     unscale_and_check::<B, M>(module, grads, scale, Check::Sum)
 }
 
-/// [`unscale_grads`], with the squared global norm of the unscaled gradients from the same
-/// reduction: each gradient's sum of squares serves as its finiteness check and its share of
-/// the norm (a norm that overflows f32 counts as non-finite).
+/// [`unscale_grads`], with each unscaled gradient's sum of squares from the same reduction:
+/// it serves as the gradient's finiteness check and its share of the global norm, which
+/// the caller combines on the host (see [`crate::clip::global_norm_from_squares`]).
 pub(crate) fn unscale_grads_with_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: &M,
     grads: GradientsParams,
     scale: f32,
-) -> UnscaledGrads<B::InnerBackend> {
+) -> Result<UnscaledGrads<B::InnerBackend>, StepError> {
     unscale_and_check::<B, M>(module, grads, scale, Check::SumOfSquares)
 }
 
@@ -294,24 +309,27 @@ fn unscale_and_check<B: AutodiffBackend, M: AutodiffModule<B>>(
     mut grads: GradientsParams,
     scale: f32,
     check: Check,
-) -> UnscaledGrads<B::InnerBackend> {
+) -> Result<UnscaledGrads<B::InnerBackend>, StepError> {
     let inverse = (scale != 1.0).then(|| inverse_of(scale));
     let mut visitor = GradVisitor::<B>::new(&mut grads, inverse, check);
     module.visit(&mut visitor);
-    let (sums, count) = (visitor.sums, visitor.count);
+    if let Some(err) = visitor.error {
+        return Err(err);
+    }
+    let (sums, ids, count) = (visitor.sums, visitor.ids, visitor.count);
     let sums = (!sums.is_empty()).then(|| Tensor::cat(sums, 0));
     let finite = sums.clone().map(|s| s.is_finite().all());
-    let squared_norm = match check {
-        Check::SumOfSquares => sums.map(Tensor::sum),
+    let squares = match check {
+        Check::SumOfSquares => sums.map(|values| GradSquares { values, ids }),
         _ => None,
     };
-    UnscaledGrads {
+    Ok(UnscaledGrads {
         grads,
         finite,
-        squared_norm,
+        squares,
         count,
         scale,
-    }
+    })
 }
 
 /// What the visitor reduces each gradient to.
@@ -329,10 +347,14 @@ struct GradVisitor<'a, B: AutodiffBackend> {
     grads: &'a mut GradientsParams,
     inverse: Option<f32>,
     check: Check,
-    /// One f32 (or f64) value per gradient: its sum, or its sum of squares.
+    /// One f32 value per gradient: its sum, or its sum of squares.
     sums: Vec<Tensor<B::InnerBackend, 1>>,
+    /// The parameter of each entry of `sums`.
+    ids: Vec<ParamId>,
     seen: HashSet<ParamId>,
     count: usize,
+    /// The first gradient whose shape differs from its parameter's (checks only).
+    error: Option<StepError>,
 }
 
 impl<'a, B: AutodiffBackend> GradVisitor<'a, B> {
@@ -342,20 +364,37 @@ impl<'a, B: AutodiffBackend> GradVisitor<'a, B> {
             inverse,
             check,
             sums: Vec::new(),
+            ids: Vec::new(),
             seen: HashSet::new(),
             count: 0,
+            error: None,
         }
     }
 }
 
 impl<B: AutodiffBackend> ModuleVisitor<B> for GradVisitor<'_, B> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        if !self.seen.insert(param.id) {
+        if self.error.is_some() || !self.seen.insert(param.id) {
             return;
         }
         let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) else {
             return;
         };
+        // `remove::<_, D>` does not check the rank: compare the real dimensions before any
+        // tensor operation can panic on them.
+        let (expected, got) = (param.lazy_shape(), grad.shape());
+        if expected != got {
+            if self.check == Check::CastOnly {
+                self.grads.register::<B::InnerBackend, D>(param.id, grad);
+            } else {
+                self.error = Some(StepError::GradientShape {
+                    param: param.id,
+                    expected: expected.to_vec(),
+                    got: got.to_vec(),
+                });
+            }
+            return;
+        }
         let target = float_dtype(param.dtype());
         let own = float_dtype(grad.dtype());
         let wide_dtype = compute_dtype(own, target);
@@ -380,7 +419,16 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for GradVisitor<'_, B> {
                 Check::SumOfSquares => wide.square().sum(),
                 _ => wide.sum(),
             };
+            // An f64 sum beyond f32's range would turn into an infinity at f32; the check only
+            // needs its finiteness: `s - s` is 0, or NaN when `s` is infinite or NaN. (A sum of
+            // squares keeps its value: the norm needs it, and an overflow is recomputed.)
+            let reduced = if self.check == Check::Sum && wide_dtype == FloatDType::F64 {
+                reduced.clone().sub(reduced)
+            } else {
+                reduced
+            };
             self.sums.push(reduced.cast(FloatDType::F32));
+            self.ids.push(param.id);
         }
         self.count += 1;
         self.grads.register::<B::InnerBackend, D>(param.id, grad);

@@ -7,10 +7,14 @@ use std::collections::BTreeMap;
 
 use burn::backend::Flex;
 use burn::module::ParamId;
-use burn::optim::{AdamConfig, GradientsAccumulator, GradientsParams, Optimizer, SgdConfig};
+use burn::nn::{Linear, LinearConfig};
+use burn::optim::{
+    AdamConfig, GradientsAccumulator, GradientsParams, MultiGradientsParams, Optimizer, SgdConfig,
+};
+use burn::prelude::DeviceOps;
 use burn::record::{FullPrecisionSettings, Record};
 use burn::tensor::Tensor;
-use burn_mpric_scale::{LossScaleConfig, LossScaler, StepOutcome};
+use burn_mpric_scale::{LossScaleConfig, LossScaler, StepError, StepOutcome};
 use common::{TB, TwoLayer, batches, max_abs_diff, param_data, param_values};
 
 const SKIP_ITER: usize = 2;
@@ -336,6 +340,292 @@ fn adam_moments_step_counter_and_params_are_bit_identical_across_a_skipped_step(
     assert_ne!(adam_state(&optim), state_before);
     assert_eq!(adam_state(&optim), adam_state(&reference_optim));
     for (a, b) in param_data(&model).iter().zip(param_data(&reference_model)) {
+        assert_eq!(a.as_bytes(), b.as_bytes());
+    }
+}
+
+/// A `Linear(2, 3)` (weight [2, 3], bias [3]) with its parameters read once (they are lazy).
+fn linear_2x3() -> Linear<TB> {
+    let model: Linear<TB> = LinearConfig::new(2, 3).init(&Default::default());
+    let _ = param_data(&model);
+    model
+}
+
+/// The parameters of a `Linear` as f64 values, weight then bias.
+fn linear_values(model: &Linear<TB>) -> Vec<f64> {
+    param_values(model).into_iter().map(f64::from).collect()
+}
+
+/// Gradients for `linear_2x3`, multiplied by `scale`.
+fn linear_grads(
+    model: &Linear<TB>,
+    weight: [[f32; 3]; 2],
+    bias: [f32; 3],
+    scale: f32,
+) -> GradientsParams {
+    let device = Default::default();
+    let mut grads = GradientsParams::new();
+    let weight = Tensor::<Flex, 2>::from_floats(weight, &device).mul_scalar(scale);
+    let bias = Tensor::<Flex, 1>::from_floats(bias, &device).mul_scalar(scale);
+    grads.register(model.weight.id, weight);
+    grads.register(model.bias.as_ref().unwrap().id, bias);
+    grads
+}
+
+/// Finite f32 gradients whose squares overflow f32 (elements around 1e20), or whose
+/// per-gradient sums of squares are finite but add up past `f32::MAX`: the step is applied with
+/// the norm computed in f64 terms, and SGD moves every parameter by `lr * g * max_norm / norm`.
+#[test]
+fn finite_gradients_around_1e20_are_clipped_by_their_true_norm() {
+    let cases: [([[f32; 3]; 2], [f32; 3]); 3] = [
+        ([[1e20, -3e20, 0.0], [2e19, 0.0, 7e18]], [5e19, 1e20, -1e20]),
+        // Each gradient's sum of squares (1.8225e38) is finite; their total is not.
+        ([[1.35e19, 0.0, 0.0], [0.0, 0.0, 0.0]], [0.0, -1.35e19, 0.0]),
+        // Only the bias overflows.
+        ([[1.0, -2.0, 3.0], [0.5, 0.0, 0.0]], [3e19, 0.0, -3e19]),
+    ];
+    let (lr, max_norm, scale) = (0.5, 2.0f32, 1024.0f32);
+    for (weight, bias) in cases {
+        let model = linear_2x3();
+        let before = linear_values(&model);
+        let flat: Vec<f64> = weight
+            .iter()
+            .flatten()
+            .chain(&bias)
+            .map(|&g| f64::from(g))
+            .collect();
+        let norm = flat.iter().map(|g| g * g).sum::<f64>().sqrt();
+        assert!(norm > 1.0e19 && norm < f64::from(f32::MAX));
+
+        let config = LossScaleConfig::new().with_initial_scale(scale);
+        let mut scaler = LossScaler::dynamic(config)
+            .unwrap()
+            .with_clip_norm(max_norm)
+            .unwrap();
+        let grads = linear_grads(&model, weight, bias, scale);
+        let (model, outcome) = scaler.step(&mut SgdConfig::new().init(), lr, model, grads);
+        let outcome = outcome.unwrap();
+        assert!(outcome.is_applied(), "{weight:?} {bias:?}: {outcome:?}");
+        assert_eq!(outcome.next_scale, scale, "no backoff");
+        let reported = f64::from(outcome.grad_norm.unwrap());
+        assert!(
+            (reported - norm).abs() <= 1e-6 * norm,
+            "norm {reported} vs {norm}"
+        );
+
+        let coefficient = f64::from(max_norm) / (norm + 1e-6);
+        let after = linear_values(&model);
+        for ((b, a), g) in before.iter().zip(&after).zip(&flat) {
+            let expected = -lr * g * coefficient;
+            assert!(
+                (a - b - expected).abs() <= 1e-6 * (1.0 + expected.abs()),
+                "moved by {} instead of {expected}",
+                a - b
+            );
+        }
+        // The clipped step has the norm `lr * max_norm`: the parameters did move.
+        let moved = before
+            .iter()
+            .zip(&after)
+            .map(|(b, a)| (a - b) * (a - b))
+            .sum::<f64>()
+            .sqrt();
+        assert!(
+            (moved - lr * f64::from(max_norm)).abs() < 1e-5,
+            "moved {moved}"
+        );
+    }
+}
+
+/// A global norm above `f32::MAX` (finite elements) cannot be applied: the step counts as
+/// non-finite, is skipped, backs the scale off, and reports an infinite norm.
+#[test]
+fn a_norm_beyond_f32_is_a_skipped_step_not_a_zero_update() {
+    let model = linear_2x3();
+    let before = param_data(&model);
+    let config = LossScaleConfig::new()
+        .with_initial_scale(2.0)
+        .with_min_scale(1.0);
+    let mut scaler = LossScaler::dynamic(config)
+        .unwrap()
+        .with_clip_norm(1.0)
+        .unwrap();
+    // Unscaled: six elements of 1.5e38, a norm of 3.7e38.
+    let grads = linear_grads(&model, [[1.5e38; 3]; 2], [0.0; 3], 2.0);
+    let (model, outcome) = scaler.step(&mut AdamConfig::new().init(), 1e-2, model, grads);
+    let outcome = outcome.unwrap();
+    assert!(outcome.is_skipped(), "{outcome:?}");
+    assert_eq!(outcome.grad_norm, Some(f32::INFINITY));
+    assert_eq!(outcome.next_scale, 1.0);
+    for (a, b) in param_data(&model).iter().zip(&before) {
+        assert_eq!(a.as_bytes(), b.as_bytes());
+    }
+}
+
+/// With clipping on, an infinity or NaN still makes the step non-finite, also next to (or
+/// inside) a gradient whose finite elements overflow the f32 sum of squares.
+#[test]
+fn non_finite_gradients_are_skipped_with_clipping_on() {
+    let (inf, nan) = (f32::INFINITY, f32::NAN);
+    let cases: [([[f32; 3]; 2], [f32; 3], bool); 6] = [
+        ([[inf, 0.0, 0.0], [0.0, 0.0, 0.0]], [1.0, 1.0, 1.0], false),
+        ([[nan, 0.0, 0.0], [0.0, 0.0, 0.0]], [1.0, 1.0, 1.0], true),
+        (
+            [[1e20, 1e20, 0.0], [0.0, 0.0, 0.0]],
+            [-inf, 0.0, 0.0],
+            false,
+        ),
+        ([[1e20, inf, 0.0], [0.0, 0.0, 0.0]], [0.0, 0.0, 0.0], false),
+        ([[1e20, nan, 0.0], [0.0, 0.0, 0.0]], [0.0, 0.0, 0.0], true),
+        ([[1e20, 0.0, 0.0], [0.0, 0.0, 0.0]], [nan, 0.0, 0.0], true),
+    ];
+    for (weight, bias, is_nan) in cases {
+        let model = linear_2x3();
+        let before = param_data(&model);
+        let config = LossScaleConfig::new()
+            .with_initial_scale(4.0)
+            .with_min_scale(1.0);
+        let mut scaler = LossScaler::dynamic(config)
+            .unwrap()
+            .with_clip_norm(1.0)
+            .unwrap();
+        let grads = linear_grads(&model, weight, bias, 4.0);
+        let (model, outcome) = scaler.step(&mut AdamConfig::new().init(), 1e-2, model, grads);
+        let outcome = outcome.unwrap();
+        assert!(outcome.is_skipped(), "{weight:?} {bias:?}");
+        assert_eq!(outcome.next_scale, 2.0);
+        let norm = outcome.grad_norm.unwrap();
+        if is_nan {
+            assert!(norm.is_nan(), "{weight:?} {bias:?}: {norm}");
+        } else {
+            assert_eq!(norm, f32::INFINITY, "{weight:?} {bias:?}");
+        }
+        for (a, b) in param_data(&model).iter().zip(&before) {
+            assert_eq!(a.as_bytes(), b.as_bytes());
+        }
+    }
+}
+
+/// A gradient registered with another shape, or another rank, than its parameter is a typed
+/// error on every step path, with Adam: the optimizer is not called, its state, the parameters
+/// and the scaler stay as they were.
+#[test]
+fn gradients_of_the_wrong_shape_or_rank_are_typed_errors() {
+    type Build = fn(&Linear<TB>) -> GradientsParams;
+    fn valid(model: &Linear<TB>) -> GradientsParams {
+        linear_grads(model, [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], [1.0; 3], 8.0)
+    }
+    fn with_weight<const D: usize>(model: &Linear<TB>, shape: [usize; D]) -> GradientsParams {
+        let mut grads = valid(model);
+        let wrong = Tensor::<Flex, D>::ones(shape, &Default::default());
+        grads.register(model.weight.id, wrong);
+        grads
+    }
+    let cases: [(&str, Build, bool, Vec<usize>); 4] = [
+        (
+            "transposed weight",
+            |m| with_weight(m, [3, 2]),
+            true,
+            vec![3, 2],
+        ),
+        (
+            "rank-1 tensor for the rank-2 weight",
+            |m| with_weight(m, [3]),
+            true,
+            vec![3],
+        ),
+        (
+            "same element count, rank 1",
+            |m| with_weight(m, [6]),
+            true,
+            vec![6],
+        ),
+        (
+            "rank-2 tensor for the rank-1 bias",
+            |m| {
+                let mut grads = valid(m);
+                let wrong = Tensor::<Flex, 2>::ones([1, 3], &Default::default());
+                grads.register(m.bias.as_ref().unwrap().id, wrong);
+                grads
+            },
+            false,
+            vec![1, 3],
+        ),
+    ];
+
+    let device: burn::backend::flex::FlexDevice = Default::default();
+    let mut model = linear_2x3();
+    let reference_model = model.clone();
+    let before = param_data(&model);
+    let mut optim = AdamConfig::new().init();
+    let plain = LossScaler::dynamic(LossScaleConfig::new().with_initial_scale(8.0)).unwrap();
+    for (what, build, is_weight, got) in cases {
+        let (param, expected) = if is_weight {
+            (model.weight.id, vec![2, 3])
+        } else {
+            (model.bias.as_ref().unwrap().id, vec![3])
+        };
+        for clipped in [false, true] {
+            let mut scaler = if clipped {
+                plain.with_clip_norm(1.0).unwrap()
+            } else {
+                plain
+            };
+            let untouched = scaler;
+            let check = |result: Result<StepOutcome, StepError>, path: &str| match result {
+                Err(StepError::GradientShape {
+                    param: p,
+                    expected: e,
+                    got: g,
+                }) => {
+                    assert_eq!((p, &e, &g), (param, &expected, &got), "{what}, {path}");
+                }
+                other => panic!("{what}, {path} (clipped: {clipped}): {other:?}"),
+            };
+            let (next, result) = scaler.step(&mut optim, 1e-2, model, build(&reference_model));
+            check(result, "step");
+            let x = Tensor::<TB, 2>::ones([1, 2], &Default::default());
+            let scaled = scaler.scale_loss(next.forward(x).sum());
+            let grads = build(&reference_model);
+            let (next, result) = scaler.step_with_loss(&mut optim, 1e-2, next, grads, scaled);
+            check(result, "step_with_loss");
+            let shards = MultiGradientsParams {
+                grads: vec![
+                    (valid(&reference_model), device.to_id()),
+                    (build(&reference_model), device.to_id()),
+                ],
+            };
+            let (next, result) = scaler.step_multi(&mut optim, 1e-2, next, shards);
+            check(result, "step_multi");
+            let result = scaler.check(&next, build(&reference_model), None::<Tensor<TB, 1>>);
+            check(result.map(|_| unreachable!("checked")), "check");
+            let result = scaler.unscale_grads(&next, build(&reference_model));
+            check(result.map(|_| unreachable!("unscaled")), "unscale_grads");
+            model = next;
+            assert_eq!(scaler, untouched, "{what}: scaler state");
+        }
+    }
+    for (a, b) in param_data(&model).iter().zip(&before) {
+        assert_eq!(a.as_bytes(), b.as_bytes(), "parameters");
+    }
+    assert!(
+        Optimizer::<Linear<TB>, TB>::to_record(&optim).is_empty(),
+        "Adam was never called"
+    );
+
+    // The same optimizer and model then step exactly as fresh ones do.
+    let mut scaler = plain;
+    let (model, outcome) = scaler.step(&mut optim, 1e-2, model, valid(&reference_model));
+    assert!(outcome.unwrap().is_applied());
+    let mut reference_scaler = plain;
+    let mut reference_optim = AdamConfig::new().init();
+    let grads = valid(&reference_model);
+    let (reference_model, outcome) =
+        reference_scaler.step(&mut reference_optim, 1e-2, reference_model, grads);
+    assert!(outcome.unwrap().is_applied());
+    let after = param_data(&model);
+    assert_ne!(after[0].as_bytes(), before[0].as_bytes());
+    for (a, b) in after.iter().zip(param_data(&reference_model)) {
         assert_eq!(a.as_bytes(), b.as_bytes());
     }
 }

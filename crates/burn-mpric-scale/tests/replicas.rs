@@ -53,8 +53,8 @@ fn a_non_finite_gradient_on_one_replica_makes_every_replica_skip() {
             let w = &rep_b.l2.weight;
             gb.register(w.id, Tensor::<Flex, 2>::full(w.shape(), f32::NAN, &device));
         }
-        let ua = scaler_a.unscale_grads(&rep_a, ga);
-        let ub = scaler_b.unscale_grads(&rep_b, gb);
+        let ua = scaler_a.unscale_grads(&rep_a, ga).unwrap();
+        let ub = scaler_b.unscale_grads(&rep_b, gb).unwrap();
         // Replica A alone would have stepped.
         assert!(ua.read_finite().unwrap());
         let finite = all_replicas_finite(&[&ua, &ub], &device).unwrap();
@@ -140,4 +140,50 @@ fn step_multi_clips_by_the_norm_of_the_summed_gradient() {
     let w1 = model.weight.val().into_scalar();
     assert!((w0 - w1 - 2.0).abs() < 1e-5, "step {}", w0 - w1);
     assert_eq!(scaler.stats().steps, 1);
+}
+
+/// Sharded gradients whose squares overflow f32 (elements around 1e20): the norm of their sum
+/// is computed without overflow, and shards that are finite but add up past `f32::MAX` (the
+/// gradient the optimizer would apply is infinite) make the step non-finite.
+#[test]
+fn step_multi_clips_huge_finite_gradients_by_their_true_norm() {
+    use burn::backend::Autodiff;
+    use burn::nn::{Linear, LinearConfig};
+    use burn::optim::MultiGradientsParams;
+    use burn::prelude::DeviceOps;
+
+    let device: burn::backend::flex::FlexDevice = Default::default();
+    let model: Linear<Autodiff<Flex>> = LinearConfig::new(2, 1).with_bias(false).init(&device);
+    let w0: Vec<f32> = model.weight.val().into_data().iter::<f32>().collect();
+    let weight = model.weight.id;
+    let shard = |values: [f32; 2]| {
+        let mut grads = GradientsParams::new();
+        grads.register(
+            weight,
+            Tensor::<Flex, 2>::from_floats([[values[0]], [values[1]]], &device),
+        );
+        (grads, device.to_id())
+    };
+    let mut scaler = LossScaler::noop().with_clip_norm(2.0).unwrap();
+    // Summed: [4e20, -3e20], norm 5e20; clipped to norm 2: [1.6, -1.2].
+    let grads = MultiGradientsParams {
+        grads: vec![shard([3e20, -1e20]), shard([1e20, -2e20])],
+    };
+    let (model, outcome) = scaler.step_multi(&mut SgdConfig::new().init(), 1.0, model, grads);
+    let outcome = outcome.unwrap();
+    assert!(outcome.is_applied(), "{outcome:?}");
+    assert!((outcome.grad_norm.unwrap() / 5e20 - 1.0).abs() < 1e-6);
+    let w1: Vec<f32> = model.weight.val().into_data().iter::<f32>().collect();
+    assert!((w0[0] - w1[0] - 1.6).abs() < 1e-5, "{w0:?} -> {w1:?}");
+    assert!((w0[1] - w1[1] + 1.2).abs() < 1e-5, "{w0:?} -> {w1:?}");
+
+    let grads = MultiGradientsParams {
+        grads: vec![shard([3e38, 0.0]), shard([3e38, 0.0])],
+    };
+    let (model, outcome) = scaler.step_multi(&mut SgdConfig::new().init(), 1.0, model, grads);
+    let outcome = outcome.unwrap();
+    assert!(outcome.is_skipped(), "{outcome:?}");
+    assert_eq!(outcome.grad_norm, Some(f32::INFINITY));
+    let w2: Vec<f32> = model.weight.val().into_data().iter::<f32>().collect();
+    assert_eq!(w1, w2);
 }

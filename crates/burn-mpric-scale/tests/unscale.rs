@@ -9,7 +9,9 @@ use burn::nn::{Linear, LinearConfig};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, FloatDType, Tensor};
-use burn_mpric_scale::{LossScaler, LossScaling, StaticLossScale, global_grad_norm, unscale_grads};
+use burn_mpric_scale::{
+    GlobalNormClip, LossScaler, LossScaling, StaticLossScale, global_grad_norm, unscale_grads,
+};
 use common::TB;
 
 /// One parameter of each rank from 1 to 6, in several dtypes.
@@ -62,7 +64,7 @@ fn every_rank_and_float_dtype_is_cast_unscaled_and_checked() {
         grads
     };
 
-    let unscaled = unscale_grads(&model, make(None), scale);
+    let unscaled = unscale_grads(&model, make(None), scale).unwrap();
     assert_eq!(unscaled.len(), 6);
     assert!(unscaled.read_finite().unwrap());
     let grads = unscaled.into_grads();
@@ -84,7 +86,7 @@ fn every_rank_and_float_dtype_is_cast_unscaled_and_checked() {
     check(g6.dtype(), g6.into_data(), DType::F16);
 
     for bad in 1..=6 {
-        let unscaled = unscale_grads(&model, make(Some(bad)), scale);
+        let unscaled = unscale_grads(&model, make(Some(bad)), scale).unwrap();
         assert!(!unscaled.read_finite().unwrap(), "inf in rank {bad}");
     }
 }
@@ -102,7 +104,7 @@ fn missing_and_foreign_gradients_are_left_alone() {
         grad([2, 2], f32::INFINITY, FloatDType::F16),
     );
 
-    let unscaled = unscale_grads(&model, grads, 4.0);
+    let unscaled = unscale_grads(&model, grads, 4.0).unwrap();
     assert_eq!(
         unscaled.len(),
         1,
@@ -120,7 +122,7 @@ fn missing_and_foreign_gradients_are_left_alone() {
 #[test]
 fn no_gradients_count_as_finite() {
     let model: Linear<TB> = LinearConfig::new(2, 2).init(&Default::default());
-    let unscaled = unscale_grads(&model, GradientsParams::new(), 4.0);
+    let unscaled = unscale_grads(&model, GradientsParams::new(), 4.0).unwrap();
     assert!(unscaled.is_empty());
     assert!(unscaled.finite_flag().is_none());
     assert!(unscaled.read_finite().unwrap());
@@ -143,7 +145,7 @@ fn a_shared_parameter_is_unscaled_once() {
     };
     let mut grads = GradientsParams::new();
     grads.register(model.first.weight.id, grad([2, 2], 8.0, FloatDType::F32));
-    let unscaled = unscale_grads(&model, grads, 2.0);
+    let unscaled = unscale_grads(&model, grads, 2.0).unwrap();
     assert_eq!(unscaled.len(), 1);
     let g = unscaled
         .into_grads()
@@ -169,7 +171,7 @@ fn unscaling_multiplies_by_the_f32_rounded_inverse() {
             model.weight.id,
             Tensor::<Flex, 2>::from_floats([[7.0]], &device),
         );
-        let g = unscale_grads(&model, grads, scale).into_grads();
+        let g = unscale_grads(&model, grads, scale).unwrap().into_grads();
         let got = g.get::<Flex, 2>(model.weight.id).unwrap().into_scalar();
         assert_eq!(got, 7.0 * inverse, "scale {scale}");
         assert_eq!(
@@ -247,5 +249,121 @@ fn f16_gradients_summing_past_65504_are_finite_and_a_single_inf_or_nan_is_not() 
     assert!(
         (norm - expected).abs() / expected < 1e-4,
         "{norm} vs {expected}"
+    );
+}
+
+/// The global norm of f64 and bf16 gradients whose squares overflow f32: finite while the norm
+/// fits in f32, a non-finite (skipped) step beyond, and the clipped values follow the norm.
+#[test]
+fn wide_and_bf16_gradients_beyond_f32_squares_give_their_true_norm() {
+    use FloatDType::{BF16, F32, F64};
+    let model = Ranks::<TB> {
+        r1: param([2], F64),
+        r2: param([2, 2], BF16),
+        r3: param([1, 1, 1], F32),
+        r4: param([1, 1, 1, 1], F32),
+        r5: param([1, 1, 1, 1, 1], F32),
+        r6: param([1, 1, 1, 1, 1, 1], F32),
+    };
+    let device = Default::default();
+    let grads = |wide: [f64; 2], half: f32| {
+        let mut grads = GradientsParams::new();
+        let wide = Tensor::<Flex, 1>::from_data(
+            burn::tensor::TensorData::new(wide.to_vec(), [2]),
+            (&device, DType::F64),
+        );
+        grads.register(model.r1.id, wide);
+        grads.register(model.r2.id, grad([2, 2], half, BF16));
+        grads
+    };
+    let scaler = LossScaler::noop().with_clip_norm(1.0).unwrap();
+    let check = |wide: [f64; 2], half: f32| {
+        scaler
+            .check(&model, grads(wide, half), None::<Tensor<TB, 1>>)
+            .unwrap()
+    };
+    let half = f64::from(burn::tensor::bf16::from_f32(1e20).to_f32());
+
+    // f64 elements of 1e30 (squares fit f64, not f32) and bf16 elements of 1e20.
+    let checked = check([1e30, -2e30], 1e20);
+    assert!(checked.finite);
+    let norm = (1e60f64 + 4e60 + 4.0 * half * half).sqrt();
+    let reported = f64::from(checked.grad_norm.unwrap());
+    assert!(
+        (reported - norm).abs() <= 1e-6 * norm,
+        "{reported} vs {norm}"
+    );
+    let g = checked.grads.get::<Flex, 1>(model.r1.id).unwrap();
+    assert_eq!(g.dtype(), DType::F64);
+    let clipped: Vec<f64> = g.into_data().iter::<f64>().collect();
+    assert!((clipped[0] - 1e30 / norm).abs() < 1e-6, "{clipped:?}");
+    assert!((clipped[1] + 2e30 / norm).abs() < 1e-6, "{clipped:?}");
+    let h = checked.grads.get::<Flex, 2>(model.r2.id).unwrap();
+    assert_eq!(h.dtype(), DType::BF16);
+    assert!(h.into_data().iter::<f32>().all(|v| v > 0.0 && v < 1.0));
+
+    // A finite f64 norm beyond f32::MAX cannot be clipped in f32 terms: non-finite.
+    let checked = check([1e200, 0.0], 1.0);
+    assert!(!checked.finite);
+    assert_eq!(checked.grad_norm, Some(f32::INFINITY));
+    // Without clipping the same gradients are finite (their f64 sum, too, is checked at f64).
+    let unclipped = LossScaler::noop()
+        .check(&model, grads([1e200, 0.0], 1.0), None::<Tensor<TB, 1>>)
+        .unwrap();
+    assert!(unclipped.finite);
+    assert_eq!(unclipped.grad_norm, None);
+}
+
+/// The standalone norm and clip cannot overflow either, and still report non-finite elements.
+#[test]
+fn global_grad_norm_is_overflow_safe() {
+    let device = Default::default();
+    let model: Linear<TB> = LinearConfig::new(2, 2).init(&device);
+    let bias = model.bias.as_ref().unwrap().id;
+    let grads = |weight: [[f32; 2]; 2], b: [f32; 2]| {
+        let mut grads = GradientsParams::new();
+        grads.register(
+            model.weight.id,
+            Tensor::<Flex, 2>::from_floats(weight, &device),
+        );
+        grads.register(bias, Tensor::<Flex, 1>::from_floats(b, &device));
+        grads
+    };
+    let norm = |g: &GradientsParams| global_grad_norm(&model, g).unwrap().into_scalar();
+
+    let big = grads([[1e20, -2e20], [0.0, 3e19]], [4e19, -1.35e19]);
+    let expected = [1e20f64, 2e20, 3e19, 4e19, 1.35e19]
+        .iter()
+        .map(|&v| f64::from(v as f32).powi(2))
+        .sum::<f64>()
+        .sqrt();
+    let got = f64::from(norm(&big));
+    assert!(
+        (got - expected).abs() <= 1e-6 * expected,
+        "{got} vs {expected}"
+    );
+    let clipped = GlobalNormClip::new(1.0).unwrap().clip(&model, big);
+    let w: Vec<f32> = clipped
+        .get::<Flex, 2>(model.weight.id)
+        .unwrap()
+        .into_data()
+        .iter::<f32>()
+        .collect();
+    assert!((f64::from(w[1]) + 2e20 / expected).abs() < 1e-6, "{w:?}");
+
+    assert_eq!(norm(&grads([[0.0; 2]; 2], [0.0; 2])), 0.0);
+    assert_eq!(norm(&grads([[1e-30, 0.0], [0.0, 0.0]], [0.0; 2])), 1e-30);
+    assert_eq!(
+        norm(&grads([[f32::INFINITY, 1.0], [0.0, 0.0]], [0.0; 2])),
+        f32::INFINITY
+    );
+    assert_eq!(
+        norm(&grads([[1e20, 0.0], [0.0, 0.0]], [f32::NEG_INFINITY, 0.0])),
+        f32::INFINITY
+    );
+    assert!(norm(&grads([[f32::NAN, 1.0], [0.0, 0.0]], [0.0; 2])).is_nan());
+    assert_eq!(
+        norm(&grads([[3e38, 3e38], [0.0, 0.0]], [0.0; 2])),
+        f32::INFINITY
     );
 }
