@@ -21,7 +21,62 @@ fn cargo(args: &[&str]) -> Result<(), String> {
     }
 }
 
+/// On Linux, the wgpu tests need a Vulkan loader (`libvulkan.so.1`) and a driver (an ICD
+/// manifest). Without them they fail deep inside cubecl; this says what is missing first.
+#[cfg(target_os = "linux")]
+fn vulkan_preflight() -> Result<(), String> {
+    let install = "install it with `apt-get install -y mesa-vulkan-drivers libvulkan1` (a software driver; your GPU's Vulkan driver works too)";
+    let mut lib_dirs: Vec<std::path::PathBuf> =
+        ["/usr/lib", "/usr/lib64", "/usr/local/lib", "/lib", "/lib64"]
+            .iter()
+            .map(Into::into)
+            .collect();
+    if let Ok(entries) = std::fs::read_dir("/usr/lib") {
+        lib_dirs.extend(entries.flatten().map(|e| e.path()).filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().ends_with("-linux-gnu"))
+        }));
+    }
+    if !lib_dirs.iter().any(|d| d.join("libvulkan.so.1").exists()) {
+        return Err(format!(
+            "no Vulkan loader (libvulkan.so.1) on this machine, and the wgpu tests need one: {install}"
+        ));
+    }
+    let listed = ["VK_DRIVER_FILES", "VK_ICD_FILENAMES"]
+        .iter()
+        .filter_map(|v| std::env::var(v).ok())
+        .any(|files| files.split(':').any(|f| Path::new(f).exists()));
+    let mut icd_dirs: Vec<std::path::PathBuf> = vec!["/etc/vulkan/icd.d".into()];
+    let data_dirs =
+        std::env::var("XDG_DATA_DIRS").unwrap_or_else(|_| "/usr/local/share:/usr/share".into());
+    icd_dirs.extend(
+        data_dirs
+            .split(':')
+            .map(|d| Path::new(d).join("vulkan/icd.d")),
+    );
+    let found = icd_dirs.iter().any(|d| {
+        std::fs::read_dir(d).is_ok_and(|entries| {
+            entries
+                .flatten()
+                .any(|e| e.path().extension().is_some_and(|x| x == "json"))
+        })
+    });
+    if listed || found {
+        Ok(())
+    } else {
+        Err(format!(
+            "no Vulkan driver on this machine (no ICD manifest in /etc/vulkan/icd.d or /usr/share/vulkan/icd.d), and the wgpu tests need one: {install}"
+        ))
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn vulkan_preflight() -> Result<(), String> {
+    Ok(())
+}
+
 fn check() -> Result<(), String> {
+    vulkan_preflight()?;
     cargo(&["fmt", "--all", "--", "--check"])?;
     cargo(&[
         "clippy",

@@ -78,6 +78,7 @@ mod config;
 mod dtype;
 mod dynamic;
 mod error;
+mod keep_dtype;
 mod loss_scale;
 mod noop;
 mod outcome;

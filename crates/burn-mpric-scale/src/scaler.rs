@@ -8,6 +8,7 @@ use burn::tensor::{Bool, FloatDType, Tensor, TensorData, Transaction};
 use crate::clip::{GlobalNormClip, GradSquares, global_norm_from_squares, grad_squares_of_sum};
 use crate::config::LossScaleConfig;
 use crate::error::{LossScaleError, StepError};
+use crate::keep_dtype::keeping_dtypes;
 use crate::loss_scale::{LossScale, LossScaling};
 use crate::outcome::{ScalerStats, StepAction, StepOutcome};
 use crate::replicas::combine_finite_flags;
@@ -617,7 +618,9 @@ impl LossScaler {
         let checked = self.check_shards::<B, M>(&module, shards, None);
         self.apply(module, checked, |module, shards| {
             let grads = shards.into_iter().zip(devices).collect();
-            optim.step_multi(lr, module, MultiGradientsParams { grads })
+            keeping_dtypes::<B, M>(module, |module| {
+                optim.step_multi(lr, module, MultiGradientsParams { grads })
+            })
         })
     }
 
@@ -660,7 +663,9 @@ impl LossScaler {
         let loss = scaled_loss.map(mean_at_f32);
         let checked = self.check_shards::<B, M>(&module, vec![grads], loss);
         self.apply(module, checked, |module, mut shards| {
-            optim.step(lr, module, shards.pop().unwrap_or_default())
+            keeping_dtypes::<B, M>(module, |module| {
+                optim.step(lr, module, shards.pop().unwrap_or_default())
+            })
         })
     }
 }

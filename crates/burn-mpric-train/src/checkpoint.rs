@@ -3,13 +3,20 @@
 //! Layout of an output folder:
 //!
 //! ```text
-//! <output>/checkpoints/step-00000100/model.mpk      model record (Burn named MessagePack, f32)
+//! <output>/.mpric.lock                              held by the run writing the folder
+//! <output>/checkpoints/step-00000100/model.mpk      model record (Burn named MessagePack)
 //!                                    optimizer.mpk  optimizer record
 //!                                    state.mpk      step, data position, loss-scaler record,
 //!                                                   the recipe, the metrics so far
+//!                                    manifest.json  size and SHA-256 of the three files,
+//!                                                   tensor layout of model and optimizer
 //! ```
 //!
-//! All three are MessagePack, so every float comes back bit for bit (the run state holds the
+//! The model record holds the parameters at the policy's param dtype (f16 under `pure_f16`).
+//! `--resume` checks a checkpoint against its manifest and the recipe before loading it
+//! ([`Checkpoint::verify_for`]); a newer checkpoint that fails is set aside as
+//! `step-N.rejected` and the run continues from the newest one that passes.
+//! The three records are MessagePack, so every float comes back bit for bit (the run state holds the
 //! loss scale and the metrics of every step, and a decimal round trip through JSON is not
 //! exact with every parser).
 //!
@@ -26,22 +33,26 @@ use std::path::{Path, PathBuf};
 use burn::module::Module;
 use burn::optim::Optimizer;
 use burn::record::{
-    FullPrecisionSettings, NamedMpkBytesRecorder, PrecisionSettings, Record, Recorder,
+    DoublePrecisionSettings, FullPrecisionSettings, HalfPrecisionSettings, NamedMpkBytesRecorder,
+    PrecisionSettings, Record, Recorder, RecorderError,
 };
 use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{FloatDType, bf16};
 use burn_mpric::scale::LossScalerRecord;
 use serde::{Deserialize, Serialize};
 
 use burn::backend::Flex;
 use burn_mpric::scale::LossScaler;
-use burn_mpric::{MixedPrecision, MpDevice, Policy};
+use burn_mpric::{MixedPrecision, MpDevice, Policy, PolicyDType};
 
-use crate::data::DataPosition;
+use crate::data::{DataPosition, Sampler};
 use crate::error::Error;
+use crate::manifest::{MANIFEST_FILE, Manifest, optimizer_fits, same_layout};
 use crate::metrics::{EvalRow, StepRow};
 use crate::models::Model;
 use crate::plan::Plan;
 use crate::recipe::Recipe;
+use crate::record_layout::record_tensors;
 use crate::train::{Ad, OptimizerTask, with_optimizer};
 
 /// The version of the run state this crate writes and reads.
@@ -146,7 +157,7 @@ impl Checkpoint {
     /// # Ok::<(), burn_mpric_train::Error>(())
     /// ```
     pub fn model_path(&self) -> PathBuf {
-        self.dir.join("model.mpk")
+        self.dir.join(MODEL_FILE)
     }
 
     /// The optimizer record.
@@ -164,7 +175,7 @@ impl Checkpoint {
     /// # Ok::<(), burn_mpric_train::Error>(())
     /// ```
     pub fn optimizer_path(&self) -> PathBuf {
-        self.dir.join("optimizer.mpk")
+        self.dir.join(OPTIMIZER_FILE)
     }
 
     /// The run state.
@@ -182,7 +193,7 @@ impl Checkpoint {
     /// # Ok::<(), burn_mpric_train::Error>(())
     /// ```
     pub fn state_path(&self) -> PathBuf {
-        self.dir.join("state.mpk")
+        self.dir.join(STATE_FILE)
     }
 
     /// Reads and checks the run state.
@@ -205,6 +216,11 @@ impl Checkpoint {
     pub fn read_state(&self) -> Result<TrainState, Error> {
         let path = self.state_path();
         let bytes = fs::read(&path).map_err(|e| Error::io(&path, e))?;
+        self.parse_state(bytes)
+    }
+
+    fn parse_state(&self, bytes: Vec<u8>) -> Result<TrainState, Error> {
+        let path = self.state_path();
         let state: TrainState = Recorder::<Flex>::load(&recorder(), bytes, &Default::default())
             .map_err(|e| Error::checkpoint(&path, format!("not a valid run state: {e}")))?;
         if state.format_version != STATE_FORMAT_VERSION {
@@ -238,10 +254,7 @@ impl Checkpoint {
     ) -> Result<Model<B>, Error> {
         let path = self.model_path();
         let bytes = fs::read(&path).map_err(|e| Error::io(&path, e))?;
-        let record = Recorder::<B>::load(&recorder(), bytes, device).map_err(|e| {
-            Error::checkpoint(&path, format!("not a model record of this recipe: {e}"))
-        })?;
-        Ok(model.load_record(record))
+        load_model_bytes(model, bytes, &path, device)
     }
 
     /// Loads the optimizer record into `optim`.
@@ -252,11 +265,37 @@ impl Checkpoint {
     {
         let path = self.optimizer_path();
         let bytes = fs::read(&path).map_err(|e| Error::io(&path, e))?;
+        load_optimizer_bytes(optim, bytes, &path, device)
+    }
+}
+
+fn load_model_bytes<B: Backend>(
+    model: Model<B>,
+    bytes: Vec<u8>,
+    path: &Path,
+    device: &B::Device,
+) -> Result<Model<B>, Error> {
+    {
         let record = Recorder::<B>::load(&recorder(), bytes, device).map_err(|e| {
-            Error::checkpoint(
-                &path,
-                format!("not an optimizer record of this recipe: {e}"),
-            )
+            Error::checkpoint(path, format!("not a model record of this recipe: {e}"))
+        })?;
+        Ok(model.load_record(record))
+    }
+}
+
+fn load_optimizer_bytes<B, O>(
+    optim: O,
+    bytes: Vec<u8>,
+    path: &Path,
+    device: &B::Device,
+) -> Result<O, Error>
+where
+    B: AutodiffBackend,
+    O: Optimizer<Model<B>, B>,
+{
+    {
+        let record = Recorder::<B>::load(&recorder(), bytes, device).map_err(|e| {
+            Error::checkpoint(path, format!("not an optimizer record of this recipe: {e}"))
         })?;
         Ok(optim.load_record(record))
     }
@@ -286,10 +325,36 @@ pub struct Verified {
     pub params: Vec<Vec<f32>>,
 }
 
+/// Why a checkpoint cannot be resumed.
+///
+/// ```
+/// use burn_mpric_train::checkpoint::Rejection;
+///
+/// let r = Rejection::Invalid("model.mpk: content differs from the manifest".into());
+/// assert_eq!(r.to_string(), "model.mpk: content differs from the manifest");
+/// ```
+#[derive(Debug)]
+pub enum Rejection {
+    /// The checkpoint is damaged or does not prove itself (a file missing, truncated or
+    /// replaced, a layout that does not fit, non-finite parameters). An older checkpoint may
+    /// still serve.
+    Invalid(String),
+    /// The checkpoint is sound but the run's recipe differs from the one it was written with.
+    Incompatible(Error),
+}
+
+impl std::fmt::Display for Rejection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Rejection::Invalid(message) => f.write_str(message),
+            Rejection::Incompatible(err) => write!(f, "{err}"),
+        }
+    }
+}
+
 impl Checkpoint {
-    /// Loads every part of the checkpoint on the CPU (Flex): the run state, the loss-scaler
-    /// record, the model record into a model of the saved recipe, and the optimizer record
-    /// into its optimizer. Returns the state and the parameters.
+    /// Loads every part of the checkpoint on the CPU (Flex) and checks it against the recipe
+    /// it was written with: see [`verify_for`](Self::verify_for).
     ///
     /// ```
     /// # let dir = std::env::temp_dir().join(format!("mpric-doc-verify-{}", std::process::id()));
@@ -301,24 +366,130 @@ impl Checkpoint {
     /// let checkpoint = burn_mpric_train::checkpoint::latest(&dir)?.unwrap();
     /// assert!(checkpoint.verify().is_ok());
     /// std::fs::write(checkpoint.optimizer_path(), b"truncated").unwrap();
-    /// assert!(checkpoint.verify().is_err());
+    /// let err = checkpoint.verify().unwrap_err().to_string();
+    /// assert!(err.contains("optimizer.mpk: 9 bytes where the manifest says"), "{err}");
     /// # std::fs::remove_dir_all(&dir).unwrap();
     /// # Ok::<(), burn_mpric_train::Error>(())
     /// ```
     pub fn verify(&self) -> Result<Verified, Error> {
-        let state = self.read_state()?;
-        LossScaler::from_record(state.scaler.clone())
-            .map_err(|e| Error::checkpoint(&self.state_path(), e))?;
+        let (manifest, state, files) = self.read_proven().map_err(|e| self.invalid(e))?;
         let plan = Plan::new(
             state.recipe.clone(),
             &self.state_path().display().to_string(),
         )?;
+        self.fits(&plan, manifest, state, files)
+            .map_err(|e| self.invalid(e))
+    }
+
+    /// Checks that the checkpoint can resume a run of `plan`, and loads it on the CPU (Flex):
+    ///
+    /// 1. `manifest.json` lists every file with its size and SHA-256, and the files match;
+    /// 2. the run state is readable, of this version, consistent with the folder's step, and
+    ///    its recipe equals `plan`'s up to the fields a resumed run may change
+    ///    ([`Rejection::Incompatible`] otherwise);
+    /// 3. the model record holds exactly the tensors (names, shapes) of `plan`'s model, and the
+    ///    dtypes the manifest lists; the optimizer record holds state only for parameters of
+    ///    that model, each with its parameter's shape; the loss-scaler record and the data
+    ///    position are valid;
+    /// 4. both records load, and every parameter is finite.
+    ///
+    /// Nothing that fails a check reaches Burn's `load_record`, which panics on a record that
+    /// does not fit.
+    ///
+    /// ```
+    /// # let dir = std::env::temp_dir().join(format!("mpric-doc-verify-for-{}", std::process::id()));
+    /// # let _ = std::fs::remove_dir_all(&dir);
+    /// use burn_mpric_train::checkpoint::{Rejection, latest};
+    /// use burn_mpric_train::{Plan, Recipe, train};
+    ///
+    /// let mut recipe = Recipe::example();
+    /// recipe.output = dir.clone();
+    /// let plan = Plan::new(recipe.clone(), "doc")?;
+    /// train(&plan, &Default::default())?;
+    /// let checkpoint = latest(&dir)?.unwrap();
+    /// assert!(checkpoint.verify_for(&plan).is_ok());
+    ///
+    /// recipe.model.hidden = Some(vec![32]);
+    /// let other = Plan::new(recipe, "doc")?;
+    /// assert!(matches!(checkpoint.verify_for(&other), Err(Rejection::Incompatible(_))));
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok::<(), burn_mpric_train::Error>(())
+    /// ```
+    pub fn verify_for(&self, plan: &Plan) -> Result<Verified, Rejection> {
+        let (manifest, state, files) = self.read_proven().map_err(Rejection::Invalid)?;
+        crate::resume::compatible(&state.recipe, &plan.recipe).map_err(Rejection::Incompatible)?;
+        self.fits(plan, manifest, state, files)
+            .map_err(Rejection::Invalid)
+    }
+
+    fn invalid(&self, message: String) -> Error {
+        Error::checkpoint(&self.dir, message)
+    }
+
+    /// Steps 1 and 2 of [`verify_for`](Self::verify_for), without the recipe comparison.
+    fn read_proven(&self) -> Result<(Manifest, TrainState, RecordFiles), String> {
+        let manifest = Manifest::read(&self.dir)?;
+        if manifest.step != self.step {
+            return Err(format!(
+                "{MANIFEST_FILE}: written for step {}, in the folder of step {}",
+                manifest.step, self.step
+            ));
+        }
+        let state = manifest.read_file(&self.dir, STATE_FILE)?;
+        let state = self.parse_state(state).map_err(|e| match e {
+            Error::Checkpoint { message, .. } => format!("{STATE_FILE}: {message}"),
+            other => other.to_string(),
+        })?;
+        let model = manifest.read_file(&self.dir, MODEL_FILE)?;
+        let optimizer = manifest.read_file(&self.dir, OPTIMIZER_FILE)?;
+        Ok((manifest, state, RecordFiles { model, optimizer }))
+    }
+
+    /// Steps 3 and 4 of [`verify_for`](Self::verify_for).
+    fn fits(
+        &self,
+        plan: &Plan,
+        manifest: Manifest,
+        state: TrainState,
+        files: RecordFiles,
+    ) -> Result<Verified, String> {
+        let model_layout =
+            record_tensors(&files.model).map_err(|e| format!("{MODEL_FILE}: {e}"))?;
+        if model_layout != manifest.model {
+            return Err(format!(
+                "{MODEL_FILE}: its tensors differ from the ones {MANIFEST_FILE} lists"
+            ));
+        }
+        let optimizer_layout =
+            record_tensors(&files.optimizer).map_err(|e| format!("{OPTIMIZER_FILE}: {e}"))?;
+        if optimizer_layout != manifest.optimizer {
+            return Err(format!(
+                "{OPTIMIZER_FILE}: its tensors differ from the ones {MANIFEST_FILE} lists"
+            ));
+        }
         let device = MixedPrecision::<Flex>::device(Default::default(), Policy::F32)
-            .map_err(|e| Error::Internal(format!("the CPU device: {e}")))?;
+            .map_err(|e| format!("the CPU device: {e}"))?;
+        let fresh = Model::<Flex>::init(&plan.model, plan.data.dims(), &Default::default());
+        let expected = Recorder::<Flex>::record(&recorder(), fresh.into_record(), ())
+            .map_err(|e| format!("the recipe's model record: {e}"))?;
+        let mut expected = record_tensors(&expected)?;
+        // Names and shapes come from the recipe; dtypes from the policy the run resolved.
+        for (want, got) in expected.iter_mut().zip(&model_layout) {
+            want.dtype.clone_from(&got.dtype);
+        }
+        same_layout(&model_layout, &expected, MODEL_FILE)?;
+        optimizer_fits(&optimizer_layout, &model_layout)?;
+        LossScaler::from_record(state.scaler.clone()).map_err(|e| format!("{STATE_FILE}: {e}"))?;
+        if !Sampler::fits(&plan.data, state.data) {
+            return Err(format!(
+                "{STATE_FILE}: the data position lies outside the training split"
+            ));
+        }
 
         struct Load<'a> {
-            checkpoint: &'a Checkpoint,
             plan: &'a Plan,
+            files: RecordFiles,
+            dir: &'a Path,
             device: MpDevice<Flex>,
         }
         impl OptimizerTask<Flex> for Load<'_> {
@@ -326,21 +497,86 @@ impl Checkpoint {
             fn run<O: Optimizer<Model<Ad<Flex>>, Ad<Flex>>>(self, optim: O) -> Self::Output {
                 let model =
                     Model::<Ad<Flex>>::init(&self.plan.model, self.plan.data.dims(), &self.device);
-                let model = self.checkpoint.load_model(model, &self.device)?;
-                self.checkpoint.load_optimizer(optim, &self.device)?;
+                let model = load_model_bytes(
+                    model,
+                    self.files.model,
+                    &self.dir.join(MODEL_FILE),
+                    &self.device,
+                )?;
+                load_optimizer_bytes(
+                    optim,
+                    self.files.optimizer,
+                    &self.dir.join(OPTIMIZER_FILE),
+                    &self.device,
+                )?;
                 Ok(model.param_values())
             }
         }
         let params = with_optimizer::<Flex, _>(
             plan.optimizer,
             Load {
-                checkpoint: self,
-                plan: &plan,
+                plan,
+                files,
+                dir: &self.dir,
                 device,
             },
-        )?;
+        )
+        .map_err(|e| e.to_string())?;
+        for (tensor, values) in model_layout.iter().zip(&params) {
+            if let Some(bad) = values.iter().find(|v| !v.is_finite()) {
+                return Err(format!(
+                    "{MODEL_FILE}: parameter `{}` holds {bad}; a checkpoint must hold finite parameters",
+                    tensor.path
+                ));
+            }
+        }
         Ok(Verified { state, params })
     }
+}
+
+/// The two record files of a checkpoint, read and proven against its manifest.
+struct RecordFiles {
+    model: Vec<u8>,
+    optimizer: Vec<u8>,
+}
+
+const MODEL_FILE: &str = "model.mpk";
+const OPTIMIZER_FILE: &str = "optimizer.mpk";
+const STATE_FILE: &str = "state.mpk";
+
+/// Serializes a record with floats at `param` (the policy's param dtype), so that a checkpoint
+/// holds parameters at the dtype they train in: f16 under `pure_f16`.
+fn record_at<B: Backend, R: Record<B>>(
+    record: R,
+    param: PolicyDType,
+) -> Result<Vec<u8>, RecorderError> {
+    match param {
+        PolicyDType::Float(FloatDType::F16) => Recorder::<B>::record(
+            &NamedMpkBytesRecorder::<HalfPrecisionSettings>::new(),
+            record,
+            (),
+        ),
+        PolicyDType::Float(FloatDType::BF16) => Recorder::<B>::record(
+            &NamedMpkBytesRecorder::<Bf16PrecisionSettings>::new(),
+            record,
+            (),
+        ),
+        PolicyDType::Float(FloatDType::F64) => Recorder::<B>::record(
+            &NamedMpkBytesRecorder::<DoublePrecisionSettings>::new(),
+            record,
+            (),
+        ),
+        _ => Recorder::<B>::record(&recorder(), record, ()),
+    }
+}
+
+/// Records floats as bf16 (Burn ships f16, f32 and f64 settings).
+#[derive(Debug, Default, Clone)]
+struct Bf16PrecisionSettings;
+
+impl PrecisionSettings for Bf16PrecisionSettings {
+    type FloatElem = bf16;
+    type IntElem = i32;
 }
 
 fn recorder() -> NamedMpkBytesRecorder<FullPrecisionSettings> {
@@ -417,6 +653,25 @@ pub fn latest(output: &Path) -> Result<Option<Checkpoint>, Error> {
     Ok(list(output)?.pop())
 }
 
+/// Checks before the first step that checkpoints can be written: creates the checkpoints
+/// folder and writes (then removes) a small file in it.
+pub(crate) fn preflight(output: &Path) -> Result<(), Error> {
+    let dir = checkpoints_dir(output);
+    fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+    let probe = dir.join(".preflight.tmp");
+    write_synced(&probe, b"mpric").map_err(|e| match e {
+        Error::Io { source, .. } => Error::Io {
+            path: dir.clone(),
+            source: std::io::Error::new(
+                source.kind(),
+                format!("checkpoints cannot be written here: {source}"),
+            ),
+        },
+        other => other,
+    })?;
+    fs::remove_file(&probe).map_err(|e| Error::io(&probe, e))
+}
+
 /// Removes the temporaries (`.*.tmp`) a killed run left in the output folder and in its
 /// checkpoints folder.
 pub(crate) fn clean_temporaries(output: &Path) -> Result<(), Error> {
@@ -479,13 +734,14 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     Ok(())
 }
 
-/// Writes a checkpoint of `model`, `optim` and `state` (at `state.step`) into the output
-/// folder atomically, then removes all but the [`KEEP_CHECKPOINTS`] most recent ones.
+/// Writes a checkpoint of `model` (at the param dtype `param`), `optim` and `state` (at
+/// `state.step`) with its manifest into the output folder atomically, then removes all but the [`KEEP_CHECKPOINTS`] most recent ones.
 pub(crate) fn save<B, O>(
     output: &Path,
     model: &Model<B>,
     optim: &O,
     state: &TrainState,
+    param: PolicyDType,
 ) -> Result<Checkpoint, Error>
 where
     B: AutodiffBackend,
@@ -500,15 +756,24 @@ where
     }
     fs::create_dir(&tmp).map_err(|e| Error::io(&tmp, e))?;
 
-    let model_bytes = Recorder::<B>::record(&recorder(), model.clone().into_record(), ())
+    let model_bytes = record_at::<B, _>(model.clone().into_record(), param)
         .map_err(|e| Error::Internal(format!("model record: {e}")))?;
-    write_synced(&tmp.join("model.mpk"), &model_bytes)?;
     let optim_bytes = Recorder::<B>::record(&recorder(), optim.to_record(), ())
         .map_err(|e| Error::Internal(format!("optimizer record: {e}")))?;
-    write_synced(&tmp.join("optimizer.mpk"), &optim_bytes)?;
     let state_bytes = Recorder::<B>::record(&recorder(), state.clone(), ())
         .map_err(|e| Error::Internal(format!("run state: {e}")))?;
-    write_synced(&tmp.join("state.mpk"), &state_bytes)?;
+    let files = [
+        (MODEL_FILE, model_bytes.as_slice()),
+        (OPTIMIZER_FILE, optim_bytes.as_slice()),
+        (STATE_FILE, state_bytes.as_slice()),
+    ];
+    let manifest = Manifest::new(state.step, &files, Some((&model_bytes, &optim_bytes)))
+        .map_err(Error::Internal)?;
+    for (name, bytes) in files {
+        write_synced(&tmp.join(name), bytes)?;
+    }
+    // Written last: a folder with a manifest has all its files.
+    write_synced(&tmp.join(MANIFEST_FILE), manifest.to_json().as_bytes())?;
     sync_dir(&tmp);
 
     let path = dir.join(&name);

@@ -66,7 +66,7 @@ impl std::error::Error for RecipeError {}
 /// Everything that can go wrong in this crate.
 ///
 /// [`exit_code`](Self::exit_code) maps each error to the CLI's exit status: 2 for a bad
-/// recipe or bad arguments, 1 for a failure while training.
+/// recipe, bad arguments or a refused checkpoint, 3 for a diverged run, 1 for other failures.
 ///
 /// ```
 /// use burn_mpric_train::{Error, RecipeError};
@@ -118,6 +118,29 @@ pub enum Error {
         /// The step of its latest checkpoint.
         step: u64,
     },
+    /// Another run holds the output folder's lock.
+    #[error(
+        "{}: another mpric run is writing to this output folder; wait for it to finish or choose another output",
+        path.display()
+    )]
+    Locked {
+        /// The output folder.
+        path: PathBuf,
+    },
+    /// The run diverged: parameters became non-finite, or too many steps in a row were
+    /// skipped. The last good checkpoint is kept.
+    #[error("step {step}: the run diverged: {reason}; {}", match last_checkpoint {
+        Some(s) => format!("the last good checkpoint, step {s}, is kept"),
+        None => "no checkpoint was written".to_string(),
+    })]
+    Diverged {
+        /// The step at which the run stopped.
+        step: u64,
+        /// What happened.
+        reason: String,
+        /// The step of the newest checkpoint, if any.
+        last_checkpoint: Option<u64>,
+    },
     /// Reading or writing a file failed.
     #[error("{}: {source}", path.display())]
     Io {
@@ -156,13 +179,17 @@ pub enum Error {
 }
 
 impl Error {
-    /// The CLI exit status for this error: 2 for bad recipes and arguments, 1 otherwise.
+    /// The CLI exit status for this error: 2 for what the CLI refuses (bad recipes and
+    /// arguments, a checkpoint that fails verification, a locked output folder), 3 for a run
+    /// that diverged, 1 for other failures.
     ///
     /// ```
     /// use burn_mpric_train::Error;
     ///
     /// assert_eq!(Error::Internal("x".into()).exit_code(), 1);
     /// assert_eq!(Error::Resume("no checkpoint".into()).exit_code(), 2);
+    /// let diverged = Error::Diverged { step: 3, reason: "x".into(), last_checkpoint: None };
+    /// assert_eq!(diverged.exit_code(), 3);
     /// ```
     pub fn exit_code(&self) -> u8 {
         match self {
@@ -171,7 +198,9 @@ impl Error {
             | Error::Override { .. }
             | Error::Usage(_)
             | Error::Resume(_)
-            | Error::OutputInUse { .. } => 2,
+            | Error::OutputInUse { .. }
+            | Error::Locked { .. } => 2,
+            Error::Diverged { .. } => 3,
             Error::Io { .. }
             | Error::Checkpoint { .. }
             | Error::Step { .. }

@@ -205,7 +205,49 @@ impl fmt::Display for LossScaleSpec {
     }
 }
 
+impl From<UpdateRule> for RuleName {
+    fn from(rule: UpdateRule) -> Self {
+        match rule {
+            UpdateRule::Standard => RuleName::Standard,
+            UpdateRule::Flax => RuleName::Flax,
+            UpdateRule::DeepSpeed {
+                consecutive_hysteresis: false,
+            } => RuleName::Deepspeed,
+            UpdateRule::DeepSpeed {
+                consecutive_hysteresis: true,
+            } => RuleName::DeepspeedConsecutive,
+        }
+    }
+}
+
 impl LossScaleSpec {
+    /// The same spec with a table's defaults spelled out (a preset name stays as it is).
+    ///
+    /// ```
+    /// use burn_mpric_train::loss_scale::LossScaleSpec;
+    ///
+    /// let table: LossScaleSpec = serde_json::from_str(r#"{"preset": "torch"}"#).unwrap();
+    /// let spelled: LossScaleSpec = serde_json::from_str(r#"{"preset": "torch", "initial_scale": 65536.0}"#).unwrap();
+    /// assert_eq!(table.explicit().unwrap(), spelled.explicit().unwrap());
+    /// ```
+    pub fn explicit(&self) -> Result<LossScaleSpec, RecipeError> {
+        let LossScaleSpec::Table(table) = self else {
+            return Ok(self.clone());
+        };
+        let config = table.config()?;
+        Ok(LossScaleSpec::Table(LossScaleTable {
+            preset: Some(table.preset.unwrap_or(LossScalePreset::Dynamic)),
+            initial_scale: Some(config.initial_scale),
+            growth_interval: Some(config.growth_interval),
+            growth_factor: Some(config.growth_factor),
+            backoff_factor: Some(config.backoff_factor),
+            min_scale: Some(config.min_scale),
+            max_scale: config.max_scale,
+            hysteresis: Some(config.hysteresis),
+            rule: Some(config.rule.into()),
+        }))
+    }
+
     /// Validates the setting without building a scaler.
     ///
     /// ```

@@ -20,6 +20,7 @@ use crate::error::Error;
 /// assert!(parse_override("a..b=1").is_err());
 /// // One override per --set: a second line would otherwise be dropped silently.
 /// assert!(parse_override("steps=5\nseed=3").unwrap_err().to_string().contains("one line"));
+/// assert!(parse_override("optimizer.lr=nan").unwrap_err().to_string().contains("must be a finite number"));
 /// ```
 pub fn parse_override(arg: &str) -> Result<(Vec<String>, Value), Error> {
     let fail = |message: &str| Error::Override {
@@ -47,7 +48,7 @@ pub fn parse_override(arg: &str) -> Result<(Vec<String>, Value), Error> {
     let raw = raw.trim();
     let value = match toml::from_str::<toml::Table>(&format!("v = {raw}")) {
         Ok(mut table) => match table.remove("v") {
-            Some(v) => serde_json::to_value(v).map_err(|e| fail(&e.to_string()))?,
+            Some(v) => crate::document::from_toml(v, key.trim()).map_err(|e| fail(&e.message))?,
             None => Value::String(raw.to_string()),
         },
         Err(_) => Value::String(raw.to_string()),

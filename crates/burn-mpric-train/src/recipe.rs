@@ -55,7 +55,7 @@ use crate::overrides::apply_overrides;
 /// assert_eq!(recipe.policy.to_string(), "p=f32,c=f32,o=f32");
 ///
 /// let err = Recipe::from_toml_str(&text.replace("lr = 0.1", "lr = -0.1"), "doc.toml", &[]).unwrap_err();
-/// assert_eq!(err.to_string(), "doc.toml: optimizer.lr: must be > 0, got -0.1");
+/// assert_eq!(err.to_string(), "doc.toml: optimizer.lr: must be in (0, 10], got -0.1");
 /// # Ok::<(), burn_mpric_train::Error>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -81,6 +81,10 @@ pub struct Recipe {
     /// Clip the gradients to this global L2 norm (after unscaling).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clip_grad_norm: Option<f32>,
+    /// Stop the run (exit code 3) after this many skipped steps in a row (default
+    /// [`DEFAULT_MAX_CONSECUTIVE_SKIPS`]), like optax's `max_consecutive_errors`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_consecutive_skips: Option<u64>,
     /// The precision policy (`f32`, `mixed_bf16`, `p=f32,c=f16,o=f32`, ...).
     #[serde(default)]
     pub policy: Policy,
@@ -401,6 +405,31 @@ impl fmt::Display for DatasetName {
     }
 }
 
+/// Skipped steps in a row after which a run counts as diverged, when the recipe does not say.
+/// A dynamic loss scale recovers from an overflow in one skipped step, and from a scale far
+/// too high in about 16 (halving from 2^15 to 1); 50 in a row means the gradients stay
+/// non-finite at any scale.
+///
+/// ```
+/// use burn_mpric_train::Recipe;
+/// use burn_mpric_train::recipe::DEFAULT_MAX_CONSECUTIVE_SKIPS;
+///
+/// assert_eq!(Recipe::example().max_consecutive_skips(), DEFAULT_MAX_CONSECUTIVE_SKIPS);
+/// ```
+pub const DEFAULT_MAX_CONSECUTIVE_SKIPS: u64 = 50;
+
+/// The largest learning rate a recipe accepts. Learning rates in practice lie below 1; a
+/// larger one turns the parameters into infinities within a step or two.
+///
+/// ```
+/// use burn_mpric_train::recipe::{MAX_LR, OptimizerKind, OptimizerSpec};
+///
+/// assert!(OptimizerSpec::new(OptimizerKind::Sgd, MAX_LR).resolve().is_ok());
+/// let err = OptimizerSpec::new(OptimizerKind::Sgd, 1e308).resolve().unwrap_err();
+/// assert_eq!(err.to_string(), "optimizer.lr: must be in (0, 10], got 1e308");
+/// ```
+pub const MAX_LR: f64 = 10.0;
+
 /// The `[dataset]` table.
 ///
 /// ```
@@ -644,7 +673,12 @@ impl OptimizerSpec {
     /// assert_eq!(bad.resolve().unwrap_err().field, "optimizer.lr");
     /// ```
     pub fn resolve(&self) -> Result<OptimizerConfig, RecipeError> {
-        positive("optimizer.lr", self.lr)?;
+        if !(self.lr > 0.0 && self.lr <= MAX_LR) {
+            return Err(RecipeError::new(
+                "optimizer.lr",
+                format!("must be in (0, {MAX_LR}], got {}", show(self.lr)),
+            ));
+        }
         let allowed: &[&str] = match self.kind {
             OptimizerKind::Adam | OptimizerKind::AdamW => {
                 &["lr", "weight_decay", "beta1", "beta2", "epsilon"]
@@ -676,11 +710,24 @@ impl OptimizerSpec {
             0.0
         };
         let weight_decay = self.weight_decay.unwrap_or(default_decay);
-        non_negative("optimizer.weight_decay", weight_decay)?;
+        if !(0.0..=1.0).contains(&weight_decay) {
+            return Err(RecipeError::new(
+                "optimizer.weight_decay",
+                format!("must be in [0, 1], got {}", show(weight_decay)),
+            ));
+        }
         let beta1 = unit("optimizer.beta1", self.beta1.unwrap_or(0.9))?;
         let beta2 = unit("optimizer.beta2", self.beta2.unwrap_or(0.999))?;
         let epsilon = self.epsilon.unwrap_or(1e-8);
-        positive("optimizer.epsilon", epsilon)?;
+        // The optimizers run at f32: an ε that rounds to 0 there would divide by zero.
+        if !(epsilon <= 1.0 && epsilon as f32 > 0.0) {
+            return Err(RecipeError::new(
+                "optimizer.epsilon",
+                format!(
+                    "must be in (0, 1] and nonzero at f32 (at least about 1e-45), got {epsilon}"
+                ),
+            ));
+        }
         let momentum = unit("optimizer.momentum", self.momentum.unwrap_or(0.0))?;
         let nesterov = self.nesterov.unwrap_or(false);
         if nesterov && momentum == 0.0 {
@@ -797,6 +844,15 @@ impl ScheduleSpec {
             }
         }
         Ok(())
+    }
+}
+
+/// A number as a person would write it: `1e308`, not 309 digits.
+fn show(value: f64) -> String {
+    if value != 0.0 && !(1e-4..1e6).contains(&value.abs()) {
+        format!("{value:e}")
+    } else {
+        value.to_string()
     }
 }
 
@@ -921,7 +977,7 @@ impl Recipe {
     /// assert_eq!(err.exit_code(), 2);
     /// ```
     pub fn from_toml_str(text: &str, label: &str, overrides: &[String]) -> Result<Self, Error> {
-        let value: Value = toml::from_str(text).map_err(|err| {
+        let table: toml::Table = toml::from_str(text).map_err(|err| {
             let message = err.message().replace('\n', " ");
             let position = err
                 .span()
@@ -934,6 +990,8 @@ impl Recipe {
                 .unwrap_or_default();
             RecipeError::new("", format!("TOML syntax error at {position}{message}")).in_file(label)
         })?;
+        let value = crate::document::from_toml(toml::Value::Table(table), "")
+            .map_err(|err| err.in_file(label))?;
         Self::from_value(value, label, overrides)
     }
 
@@ -1008,6 +1066,12 @@ impl Recipe {
                 "must be > 0, got 0 (leave it out to checkpoint only at the end)",
             ));
         }
+        if self.max_consecutive_skips == Some(0) {
+            return Err(RecipeError::new(
+                "max_consecutive_skips",
+                "must be > 0, got 0 (leave it out for the default, 50)",
+            ));
+        }
         if let Some(norm) = self.clip_grad_norm {
             positive("clip_grad_norm", f64::from(norm))?;
         }
@@ -1074,6 +1138,7 @@ impl Recipe {
             output: PathBuf::from("runs/example"),
             checkpoint_every: None,
             clip_grad_norm: None,
+            max_consecutive_skips: None,
             policy: Policy::F32,
             loss_scale: LossScaleSpec::default(),
             model: ModelSpec::new(ModelKind::Mlp),
@@ -1085,6 +1150,103 @@ impl Recipe {
             optimizer: OptimizerSpec::new(OptimizerKind::Adam, 0.01),
             schedule: ScheduleSpec::default(),
         }
+    }
+
+    /// Skipped steps in a row that stop the run (see [`DEFAULT_MAX_CONSECUTIVE_SKIPS`]).
+    ///
+    /// ```
+    /// use burn_mpric_train::Recipe;
+    ///
+    /// let recipe = Recipe { max_consecutive_skips: Some(5), ..Recipe::example() };
+    /// assert_eq!(recipe.max_consecutive_skips(), 5);
+    /// ```
+    pub fn max_consecutive_skips(&self) -> u64 {
+        self.max_consecutive_skips
+            .unwrap_or(DEFAULT_MAX_CONSECUTIVE_SKIPS)
+    }
+
+    /// The same recipe with every default spelled out (model sizes, optimizer settings, the
+    /// held-out share, the cosine floor, loss-scale table fields), so that two recipes that
+    /// train alike compare equal whether a default is written or left out.
+    ///
+    /// ```
+    /// use burn_mpric_train::Recipe;
+    ///
+    /// let mut spelled = Recipe::example();
+    /// spelled.optimizer.beta1 = Some(0.9);
+    /// assert_ne!(spelled, Recipe::example());
+    /// assert_eq!(spelled.explicit()?, Recipe::example().explicit()?);
+    /// # Ok::<(), burn_mpric_train::RecipeError>(())
+    /// ```
+    pub fn explicit(&self) -> Result<Recipe, RecipeError> {
+        let mut recipe = self.clone();
+        recipe.model = match self.model.resolve()? {
+            ModelConfig::Mlp { hidden } => ModelSpec {
+                hidden: Some(hidden),
+                ..ModelSpec::new(ModelKind::Mlp)
+            },
+            ModelConfig::Conv {
+                channels,
+                kernel_size,
+                hidden,
+            } => ModelSpec {
+                channels: Some(channels),
+                kernel_size: Some(kernel_size),
+                hidden: Some(hidden),
+                ..ModelSpec::new(ModelKind::Conv)
+            },
+            ModelConfig::TransformerLm {
+                d_model,
+                heads,
+                layers,
+                d_ff,
+                context,
+            } => ModelSpec {
+                d_model: Some(d_model),
+                heads: Some(heads),
+                layers: Some(layers),
+                d_ff: Some(d_ff),
+                context: Some(context),
+                ..ModelSpec::new(ModelKind::TransformerLm)
+            },
+        };
+        let lr = self.optimizer.lr;
+        recipe.optimizer = match self.optimizer.resolve()? {
+            OptimizerConfig::Adam {
+                beta1,
+                beta2,
+                epsilon,
+                weight_decay,
+            }
+            | OptimizerConfig::AdamW {
+                beta1,
+                beta2,
+                epsilon,
+                weight_decay,
+            } => OptimizerSpec {
+                beta1: Some(beta1),
+                beta2: Some(beta2),
+                epsilon: Some(epsilon),
+                weight_decay: Some(weight_decay),
+                ..OptimizerSpec::new(self.optimizer.kind, lr)
+            },
+            OptimizerConfig::Sgd {
+                momentum,
+                nesterov,
+                weight_decay,
+            } => OptimizerSpec {
+                momentum: Some(momentum),
+                nesterov: Some(nesterov),
+                weight_decay: Some(weight_decay),
+                ..OptimizerSpec::new(self.optimizer.kind, lr)
+            },
+        };
+        recipe.dataset.eval_fraction = Some(self.dataset.eval_fraction());
+        if self.schedule.kind == ScheduleKind::Cosine {
+            recipe.schedule.min_lr = Some(self.schedule.min_lr.unwrap_or(0.0));
+        }
+        recipe.loss_scale = self.loss_scale.explicit()?;
+        Ok(recipe)
     }
 
     /// The number of steps of the run, given the steps per epoch of its data.

@@ -15,17 +15,18 @@ use burn::tensor::backend::Backend;
 use burn_mpric::scale::LossScaler;
 use burn_mpric::{MixedPrecision, MpDevice, Policy};
 use indicatif::{ProgressBar, ProgressStyle};
-use serde_json::Value;
 
 use crate::backend::{BackendTask, dispatch, mp_device};
 use crate::checkpoint::{self, Checkpoint, STATE_FORMAT_VERSION, TrainState};
 use crate::data::{Dataset, Sampler};
 use crate::error::{Error, RecipeError};
+use crate::lock::RunLock;
 use crate::metrics::{self, EvalRow, MetricsFile, StepRow};
 use crate::models::Model;
 use crate::plan::Plan;
 use crate::plot;
-use crate::recipe::{BackendName, OptimizerConfig, Recipe};
+use crate::recipe::{BackendName, OptimizerConfig};
+use crate::resume;
 
 /// How to run a plan.
 ///
@@ -113,18 +114,23 @@ pub struct Summary {
 /// ```
 pub fn train(plan: &Plan, options: &TrainOptions) -> Result<Summary, Error> {
     let output = plan.recipe.output.clone();
+    // One writer per output folder, held until the run returns.
+    let _lock = RunLock::acquire(&output)?;
     checkpoint::clean_temporaries(&output)?;
+    checkpoint::preflight(&output)?;
     let existing = checkpoint::latest(&output)?;
     let resume = if options.resume {
-        let Some(found) = existing else {
-            return Err(Error::Resume(format!(
-                "no checkpoint in {}; start the run without --resume",
-                checkpoint::checkpoints_dir(&output).display()
-            )));
-        };
-        let state = found.read_state()?;
-        compatible(&state.recipe, &plan.recipe)?;
-        Some((found, state))
+        let resumed = resume::choose(plan)?;
+        // Said even when quiet: the run continues from an older step than the newest folder.
+        for aside in &resumed.set_aside {
+            eprintln!(
+                "warning: {}; set aside as {}; resuming from step {}",
+                aside.reason,
+                aside.moved_to.display(),
+                resumed.checkpoint.step
+            );
+        }
+        Some((resumed.checkpoint, resumed.state))
     } else {
         if let Some(found) = existing {
             if !options.overwrite {
@@ -158,55 +164,6 @@ fn clear_run(output: &Path) -> Result<(), Error> {
         }
     }
     Ok(())
-}
-
-/// Fields a resumed run may change: how long it runs and how often it checkpoints.
-const RESUMABLE_CHANGES: [&str; 4] = ["steps", "epochs", "checkpoint_every", "output"];
-
-/// Errors unless `current` is `saved` up to [`RESUMABLE_CHANGES`], naming the first field
-/// that differs.
-fn compatible(saved: &Recipe, current: &Recipe) -> Result<(), Error> {
-    let strip = |recipe: &Recipe| -> Result<Value, Error> {
-        let mut value = serde_json::to_value(recipe)
-            .map_err(|e| Error::Internal(format!("recipe is not serializable: {e}")))?;
-        if let Value::Object(map) = &mut value {
-            for key in RESUMABLE_CHANGES {
-                map.remove(key);
-            }
-        }
-        Ok(value)
-    };
-    let (a, b) = (strip(saved)?, strip(current)?);
-    match first_difference(&a, &b, String::new()) {
-        None => Ok(()),
-        Some((field, was, now)) => Err(Error::Resume(format!(
-            "the recipe's `{field}` is {now} but the run was started with {was}; resume with the recipe the run started with (only steps, epochs and checkpoint_every may change)"
-        ))),
-    }
-}
-
-fn first_difference(a: &Value, b: &Value, path: String) -> Option<(String, String, String)> {
-    let show = |v: Option<&Value>| v.map_or("(not set)".to_string(), Value::to_string);
-    match (a, b) {
-        (Value::Object(x), Value::Object(y)) => {
-            let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
-            keys.sort();
-            keys.dedup();
-            keys.into_iter().find_map(|key| {
-                let sub = if path.is_empty() {
-                    key.clone()
-                } else {
-                    format!("{path}.{key}")
-                };
-                match (x.get(key), y.get(key)) {
-                    (Some(u), Some(v)) => first_difference(u, v, sub),
-                    (u, v) => Some((sub, show(u), show(v))),
-                }
-            })
-        }
-        _ if a == b => None,
-        _ => Some((path, show(Some(a)), show(Some(b)))),
-    }
 }
 
 struct Run<'a> {
@@ -322,7 +279,7 @@ where
     let (mut scaler, mut sampler, mut rows, mut evals, start) = match resume {
         Some((found, state)) => {
             model = found.load_model(model, device)?;
-            optim = found.load_optimizer(optim, device)?;
+            optim = found.load_optimizer(optim, &optimizer_state_device(device)?)?;
             let scaler = LossScaler::from_record(state.scaler)
                 .map_err(|e| Error::checkpoint(&found.state_path(), e))?;
             if !Sampler::fits(&plan.data, state.data) {
@@ -350,6 +307,14 @@ where
         plan.label, recipe.model.kind, recipe.backend.name, policy
     );
     let bar = progress_bar(options, start, total);
+    let max_skips = recipe.max_consecutive_skips();
+    let mut until_eval: Option<EvalRow> = None;
+    let mut last_checkpoint = (start > 0).then_some(start);
+    let diverged = |step: u64, reason: String, last_checkpoint: Option<u64>| Error::Diverged {
+        step,
+        reason,
+        last_checkpoint,
+    };
 
     for step in start + 1..=stop {
         let t0 = Instant::now();
@@ -380,16 +345,43 @@ where
         };
         bar.set_message(progress_message(&row));
         bar.inc(1);
+        let skipped = row.skipped;
         rows.push(row);
 
-        let checkpoint_now = step == stop
+        // Divergence: an applied step that leaves a non-finite parameter, or a run of skipped
+        // steps. Either stops the run before a checkpoint could keep the damage.
+        let skips_in_a_row = outcome.stats.consecutive_skipped;
+        let stop_reason = if !skipped && !model.params_finite()? {
+            Some(format!(
+                "the optimizer step (lr {lr:e}) left non-finite parameters"
+            ))
+        } else if skips_in_a_row >= max_skips {
+            Some(format!(
+                "{skips_in_a_row} steps in a row were skipped for non-finite gradients (max_consecutive_skips = {max_skips}; loss scale now {:e})",
+                scaler.scale()
+            ))
+        } else {
+            None
+        };
+        if let Some(reason) = stop_reason {
+            bar.finish_and_clear();
+            write_reports(plan, policy, &rows, &evals, &title)?;
+            return Err(diverged(step, reason, last_checkpoint));
+        }
+
+        // Held-out rows are kept for the scheduled checkpoints only, so that a run stopped
+        // with --until and resumed records what the uninterrupted run records.
+        let scheduled = step == total
             || recipe
                 .checkpoint_every
                 .is_some_and(|every| step % every == 0);
-        if checkpoint_now {
+        if scheduled || step == stop {
             let mut eval = evaluate(&model.valid(), &plan.data, recipe.batch_size, device)?;
             eval.step = step;
-            evals.push(eval);
+            until_eval = (!scheduled).then(|| eval.clone());
+            if scheduled {
+                evals.push(eval);
+            }
             let state = TrainState {
                 format_version: STATE_FORMAT_VERSION,
                 step,
@@ -400,9 +392,10 @@ where
                 steps: rows.clone(),
                 eval: evals.clone(),
             };
-            checkpoint::save(output, &model, &optim, &state)?;
+            checkpoint::save(output, &model, &optim, &state, policy.param())?;
+            last_checkpoint = Some(step);
             write_reports(plan, policy, &rows, &evals, &title)?;
-            let line = checkpoint_line(step, total, &rows, evals.last());
+            let line = checkpoint_line(step, total, &rows, until_eval.as_ref().or(evals.last()));
             if !bar.is_hidden() {
                 bar.println(line);
             } else if options.log {
@@ -430,12 +423,28 @@ where
         step: stop,
         total_steps: total,
         last: rows.last().cloned(),
-        eval: evals.last().cloned(),
+        eval: until_eval.or_else(|| evals.last().cloned()),
         skipped: scaler.stats().skipped,
         tail_loss: (!tail_losses.is_empty())
             .then(|| tail_losses.iter().sum::<f32>() / tail_losses.len() as f32),
         wall_s: started.elapsed().as_secs_f64(),
     })
+}
+
+/// The device optimizer state is restored on. Burn's records restore every float at the
+/// backend's default dtype, which the decorator creates at the param dtype. Under a pure half
+/// policy part of Adam's state is f32 (its second moment is a square, computed at f32, whose
+/// values f16 would flush to zero), so the state is restored at f32 there: exact values, but
+/// the f16 part of it continues at f32, so a resumed pure-half run follows the uninterrupted
+/// one to within f16 rounding rather than bit for bit. f32 params restore bit for bit.
+fn optimizer_state_device<B: Backend>(device: &MpDevice<B>) -> Result<MpDevice<B>, Error> {
+    let policy = device.policy();
+    if policy.param() == burn_mpric::PolicyDType::Float(burn::tensor::FloatDType::F32) {
+        return Ok(device.clone());
+    }
+    let wide = policy.with_param(burn::tensor::FloatDType::F32);
+    MixedPrecision::<B>::device(device.inner().clone(), wide)
+        .map_err(|e| Error::Internal(format!("the optimizer-state device: {e}")))
 }
 
 fn write_reports(

@@ -113,6 +113,43 @@ fn params_stay_at_the_param_dtype_through_100_adam_and_100_sgd_steps() {
 }
 
 #[test]
+fn pure_half_params_stay_half_through_loss_scaled_adam_and_sgd_steps() {
+    use burn_mpric::scale::LossScaler;
+    for (policy, half) in [("pure_f16", DType::F16), ("pure_bf16", DType::BF16)] {
+        let device = device(policy);
+        let (x, y) = problem::<Autodiff<Mp>>(&device);
+        let mut model = same_init::<Autodiff<Mp>>(&device);
+        assert!(
+            params_dtypes(&model).iter().all(|d| *d == half),
+            "{policy}: init"
+        );
+        let mut scaler = LossScaler::dynamic(burn_mpric::scale::LossScaleConfig::new()).unwrap();
+        let mut adam = AdamConfig::new().init();
+        let mut sgd = SgdConfig::new().init();
+        for step in 0..40 {
+            let loss = scaler.scale_loss(mse(&model, x.clone(), y.clone()));
+            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            let outcome;
+            (model, outcome) = if step < 20 {
+                scaler.step(&mut adam, 1e-3, model, grads)
+            } else {
+                scaler.step(&mut sgd, 1e-3, model, grads)
+            };
+            outcome.unwrap();
+            // Adam's square root and division run at f32 under the decorator; the step
+            // casts the updated parameters back.
+            assert!(
+                params_dtypes(&model).iter().all(|d| *d == half),
+                "{policy}: step {step}: {:?}",
+                params_dtypes(&model)
+            );
+        }
+        let stats = scaler.stats();
+        assert!(stats.steps > stats.skipped, "{policy}: no step applied");
+    }
+}
+
+#[test]
 fn identity_policy_is_bit_identical_to_the_bare_backend() {
     let device = device("f32");
     let bare = Default::default();

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::nn::loss::{CrossEntropyLossConfig, MseLoss, Reduction};
 use burn::tensor::backend::Backend;
-use burn::tensor::{FloatDType, Int, Tensor};
+use burn::tensor::{Bool, FloatDType, Int, Tensor};
 
 use crate::data::{Batch, Dims, Inputs, Targets};
 use crate::error::Error;
@@ -167,6 +167,33 @@ impl<B: Backend> Model<B> {
         collect.0
     }
 
+    /// `true` when every float parameter is finite: one flag per parameter on the device,
+    /// combined there, and one read.
+    ///
+    /// ```
+    /// # use burn::backend::Flex;
+    /// # use burn_mpric_train::{Recipe, data::Dataset, models::Model};
+    /// # let recipe = Recipe::example();
+    /// # let config = recipe.model.resolve().unwrap();
+    /// # let data = Dataset::load(&recipe.dataset, &config, 0).unwrap();
+    /// # let device = Default::default();
+    /// let model = Model::<Flex>::init_seeded(&config, data.dims(), 0, &device);
+    /// assert!(model.params_finite()?);
+    /// # Ok::<(), burn_mpric_train::Error>(())
+    /// ```
+    pub fn params_finite(&self) -> Result<bool, Error> {
+        let mut flags = Finite(Vec::new());
+        self.visit(&mut flags);
+        if flags.0.is_empty() {
+            return Ok(true);
+        }
+        let all = Tensor::cat(flags.0, 0).all();
+        let data = all
+            .try_into_data()
+            .map_err(|e| Error::Internal(format!("reading the parameters' finiteness: {e}")))?;
+        Ok(data.iter::<bool>().all(|finite| finite))
+    }
+
     /// The batch's loss (and correct predictions). Logits are cast to f32 before the loss.
     ///
     /// ```
@@ -237,6 +264,14 @@ struct Materialize;
 impl<B: Backend> ModuleVisitor<B> for Materialize {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
         let _ = param.val();
+    }
+}
+
+struct Finite<B: Backend>(Vec<Tensor<B, 1, Bool>>);
+
+impl<B: Backend> ModuleVisitor<B> for Finite<B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        self.0.push(param.val().is_finite().all());
     }
 }
 

@@ -27,6 +27,76 @@ fn edit(from: &str, to: &str) -> Option<String> {
 fn cases() -> Vec<Case> {
     vec![
         Case {
+            name: "learning rate out of range",
+            recipe: edit("lr = 0.003", "lr = 1e308"),
+            args: &[],
+            expect: &["optimizer.lr", "must be in (0, 10]", "1e308"],
+        },
+        Case {
+            name: "nan learning rate",
+            recipe: edit("lr = 0.003", "lr = nan"),
+            args: &[],
+            expect: &["optimizer.lr", "must be a finite number, got nan"],
+        },
+        Case {
+            name: "nan through --set",
+            recipe: Some(base()),
+            args: &["--set", "optimizer.lr=nan"],
+            expect: &["--set optimizer.lr=nan", "must be a finite number"],
+        },
+        Case {
+            name: "nan clip norm",
+            recipe: edit("seed = 3", "seed = 3\nclip_grad_norm = nan"),
+            args: &[],
+            expect: &["clip_grad_norm", "must be a finite number"],
+        },
+        Case {
+            name: "infinite clip norm",
+            recipe: edit("seed = 3", "seed = 3\nclip_grad_norm = inf"),
+            args: &[],
+            expect: &["clip_grad_norm", "must be a finite number, got inf"],
+        },
+        Case {
+            name: "nan held-out share",
+            recipe: edit(
+                "name = \"winequality\"",
+                "name = \"winequality\"\neval_fraction = nan",
+            ),
+            args: &[],
+            expect: &["dataset.eval_fraction", "must be a finite number"],
+        },
+        Case {
+            name: "epsilon that vanishes at f32",
+            recipe: edit("lr = 0.003", "lr = 0.003\nepsilon = 1e-60"),
+            args: &[],
+            expect: &["optimizer.epsilon", "nonzero at f32"],
+        },
+        Case {
+            name: "weight decay out of range",
+            recipe: edit("lr = 0.003", "lr = 0.003\nweight_decay = 1e30"),
+            args: &[],
+            expect: &["optimizer.weight_decay", "must be in [0, 1]"],
+        },
+        Case {
+            name: "zero skipped-step limit",
+            recipe: edit("seed = 3", "seed = 3\nmax_consecutive_skips = 0"),
+            args: &[],
+            expect: &["max_consecutive_skips", "must be > 0"],
+        },
+        Case {
+            name: "missing wgpu device",
+            recipe: edit(
+                "seed = 3",
+                "seed = 3\nbackend = { name = \"wgpu\", device = 99 }",
+            ),
+            args: &[],
+            expect: &[
+                "backend.device",
+                "wgpu has no device 99",
+                "0 is the default adapter",
+            ],
+        },
+        Case {
             name: "unknown field",
             recipe: edit("lr = 0.003", "lr = 0.003\nlearning_rate = 0.1"),
             args: &[],
@@ -111,7 +181,7 @@ fn cases() -> Vec<Case> {
             name: "negative learning rate",
             recipe: edit("lr = 0.003", "lr = -0.1"),
             args: &[],
-            expect: &["optimizer.lr: must be > 0, got -0.1"],
+            expect: &["optimizer.lr: must be in (0, 10], got -0.1"],
         },
         Case {
             name: "setting of another kind",

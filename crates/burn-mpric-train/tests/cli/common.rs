@@ -29,6 +29,18 @@ pub fn write_recipe(dir: &Path, name: &str, text: &str) -> PathBuf {
 pub fn mpric(dir: &Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_mpric"));
     command.current_dir(dir);
+    // Mesa's Vulkan driver prints "XDG_RUNTIME_DIR is invalid" to stderr on a machine without
+    // a session (CI); the tests read the CLI's own stderr, one line per error.
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+        let runtime = Path::new(env!("CARGO_TARGET_TMPDIR")).join("xdg-runtime");
+        std::fs::create_dir_all(&runtime).unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700)).unwrap();
+        }
+        command.env("XDG_RUNTIME_DIR", runtime);
+    }
     command
 }
 

@@ -1,0 +1,64 @@
+//! A recipe document as parsed, before it is deserialized: TOML values turned into the JSON
+//! value the recipe types deserialize from.
+//!
+//! TOML has `nan` and `inf`; JSON has neither, and `serde_json` turns them into `null`, which
+//! reads as "not set" for an optional field. Every number of a recipe must be finite, so a
+//! non-finite one is refused here, with its field path.
+
+use serde_json::{Map, Number, Value};
+
+use crate::error::RecipeError;
+
+/// Converts a TOML value to JSON, refusing non-finite floats; `path` is the dotted field path
+/// of `value` (empty for the whole document).
+///
+/// ```
+/// use burn_mpric_train::document::from_toml;
+///
+/// let table: toml::Value = toml::from_str("steps = 5\n[optimizer]\nlr = nan").unwrap();
+/// let err = from_toml(table, "").unwrap_err();
+/// assert_eq!(err.to_string(), "optimizer.lr: must be a finite number, got nan");
+///
+/// let ok: toml::Value = toml::from_str("lr = 0.1\nhidden = [8, 8]").unwrap();
+/// assert_eq!(from_toml(ok, "").unwrap(), serde_json::json!({"lr": 0.1, "hidden": [8, 8]}));
+/// ```
+pub fn from_toml(value: toml::Value, path: &str) -> Result<Value, RecipeError> {
+    let child = |key: &str| {
+        if path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{path}.{key}")
+        }
+    };
+    Ok(match value {
+        toml::Value::String(s) => Value::String(s),
+        toml::Value::Integer(i) => Value::Number(i.into()),
+        toml::Value::Float(f) => Value::Number(Number::from_f64(f).ok_or_else(|| {
+            // As TOML spells them: nan, inf, -inf.
+            let shown = if f.is_nan() {
+                "nan".into()
+            } else {
+                f.to_string()
+            };
+            RecipeError::new(path, format!("must be a finite number, got {shown}"))
+        })?),
+        toml::Value::Boolean(b) => Value::Bool(b),
+        toml::Value::Datetime(d) => Value::String(d.to_string()),
+        toml::Value::Array(items) => Value::Array(
+            items
+                .into_iter()
+                .enumerate()
+                .map(|(i, item)| from_toml(item, &format!("{path}[{i}]")))
+                .collect::<Result<_, _>>()?,
+        ),
+        toml::Value::Table(table) => Value::Object(
+            table
+                .into_iter()
+                .map(|(key, item)| {
+                    let field = child(&key);
+                    from_toml(item, &field).map(|v| (key, v))
+                })
+                .collect::<Result<Map<_, _>, _>>()?,
+        ),
+    })
+}

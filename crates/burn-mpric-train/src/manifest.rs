@@ -1,0 +1,286 @@
+//! The manifest of a checkpoint: the size and SHA-256 of every file, and the layout (tensor
+//! names, shapes, dtypes) of the model and optimizer records. `--resume` checks a checkpoint
+//! against it before anything is loaded.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Read;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::record_layout::{RecordTensor, record_tensors};
+
+/// The manifest's file name inside a checkpoint folder.
+///
+/// ```
+/// assert_eq!(burn_mpric_train::manifest::MANIFEST_FILE, "manifest.json");
+/// ```
+pub const MANIFEST_FILE: &str = "manifest.json";
+
+/// The largest manifest read (a manifest lists a few files and one line per tensor).
+///
+/// ```
+/// assert_eq!(burn_mpric_train::manifest::MAX_MANIFEST_BYTES, 16 << 20);
+/// ```
+pub const MAX_MANIFEST_BYTES: u64 = 16 << 20;
+
+/// Size and content hash of one file.
+///
+/// ```
+/// use burn_mpric_train::manifest::FileDigest;
+///
+/// let digest = FileDigest::of(b"abc");
+/// assert_eq!(digest.bytes, 3);
+/// assert!(digest.sha256.starts_with("ba7816bf"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileDigest {
+    /// Size in bytes.
+    pub bytes: u64,
+    /// SHA-256 of the content, lowercase hex.
+    pub sha256: String,
+}
+
+impl FileDigest {
+    /// The digest of `content`.
+    ///
+    /// ```
+    /// use burn_mpric_train::manifest::FileDigest;
+    ///
+    /// assert_ne!(FileDigest::of(b"a"), FileDigest::of(b"b"));
+    /// ```
+    pub fn of(content: &[u8]) -> Self {
+        let hash = Sha256::digest(content);
+        let mut sha256 = String::with_capacity(64);
+        for byte in hash {
+            let _ = write!(sha256, "{byte:02x}");
+        }
+        Self {
+            bytes: content.len() as u64,
+            sha256,
+        }
+    }
+}
+
+/// What a checkpoint folder must hold.
+///
+/// ```
+/// use burn_mpric_train::manifest::Manifest;
+///
+/// let dir = std::env::temp_dir().join(format!("mpric-doc-manifest-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
+/// std::fs::write(dir.join("state.mpk"), b"state").unwrap();
+/// let manifest = Manifest::new(7, &[("state.mpk", b"state".as_slice())], None)?;
+/// assert_eq!(manifest.read_file(&dir, "state.mpk")?, b"state");
+///
+/// std::fs::write(dir.join("state.mpk"), b"other").unwrap();
+/// let err = manifest.read_file(&dir, "state.mpk").unwrap_err();
+/// assert_eq!(err, "state.mpk: content differs from the manifest (SHA-256 mismatch)");
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// # Ok::<(), String>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// The step the checkpoint was written after.
+    pub step: u64,
+    /// Every file of the checkpoint besides the manifest.
+    pub files: BTreeMap<String, FileDigest>,
+    /// The tensors of the model record.
+    pub model: Vec<RecordTensor>,
+    /// The tensors of the optimizer record (paths start with the parameter id).
+    pub optimizer: Vec<RecordTensor>,
+}
+
+/// The model and optimizer records whose layouts a manifest lists.
+pub type Records<'a> = (&'a [u8], &'a [u8]);
+
+impl Manifest {
+    /// A manifest of `files` (name, content), with the layouts of the model and optimizer
+    /// records when given.
+    ///
+    /// ```
+    /// use burn_mpric_train::manifest::Manifest;
+    ///
+    /// let manifest = Manifest::new(1, &[("a", b"1".as_slice()), ("b", b"22".as_slice())], None)?;
+    /// assert_eq!(manifest.files["b"].bytes, 2);
+    /// assert!(Manifest::new(1, &[], Some((b"x".as_slice(), b"y".as_slice()))).is_err());
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn new(
+        step: u64,
+        files: &[(&str, &[u8])],
+        records: Option<Records>,
+    ) -> Result<Self, String> {
+        let (model, optimizer) = match records {
+            Some((model, optimizer)) => (
+                record_tensors(model).map_err(|e| format!("model record: {e}"))?,
+                record_tensors(optimizer).map_err(|e| format!("optimizer record: {e}"))?,
+            ),
+            None => (Vec::new(), Vec::new()),
+        };
+        Ok(Self {
+            step,
+            files: files
+                .iter()
+                .map(|(name, content)| (name.to_string(), FileDigest::of(content)))
+                .collect(),
+            model,
+            optimizer,
+        })
+    }
+
+    /// Reads the manifest of a checkpoint folder.
+    ///
+    /// ```
+    /// use burn_mpric_train::manifest::Manifest;
+    ///
+    /// let err = Manifest::read("no/such/checkpoint".as_ref()).unwrap_err();
+    /// assert!(err.starts_with("manifest.json: missing"), "{err}");
+    /// ```
+    pub fn read(dir: &Path) -> Result<Self, String> {
+        let path = dir.join(MANIFEST_FILE);
+        let text = read_limited(&path, MAX_MANIFEST_BYTES).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                format!("{MANIFEST_FILE}: missing (an incomplete checkpoint, or one written by an older version)")
+            } else {
+                format!("{MANIFEST_FILE}: {e}")
+            }
+        })?;
+        serde_json::from_slice(&text)
+            .map_err(|e| format!("{MANIFEST_FILE}: not a valid manifest: {e}"))
+    }
+
+    /// The manifest as the JSON written to disk.
+    ///
+    /// ```
+    /// use burn_mpric_train::manifest::Manifest;
+    ///
+    /// let manifest = Manifest::new(3, &[], None)?;
+    /// assert!(manifest.to_json().contains("\"step\": 3"));
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// Reads file `name` of the checkpoint folder `dir`, checking its size and hash against the
+    /// manifest (a file that the manifest does not list is refused). Never reads more than the
+    /// manifest's size plus one byte.
+    pub fn read_file(&self, dir: &Path, name: &str) -> Result<Vec<u8>, String> {
+        let expected = self
+            .files
+            .get(name)
+            .ok_or_else(|| format!("{name}: not listed in the manifest"))?;
+        let content =
+            read_limited(&dir.join(name), expected.bytes).map_err(|e| format!("{name}: {e}"))?;
+        if content.len() as u64 != expected.bytes {
+            return Err(format!(
+                "{name}: {} bytes where the manifest says {} (truncated or replaced)",
+                content.len(),
+                expected.bytes
+            ));
+        }
+        if FileDigest::of(&content).sha256 != expected.sha256 {
+            return Err(format!(
+                "{name}: content differs from the manifest (SHA-256 mismatch)"
+            ));
+        }
+        Ok(content)
+    }
+}
+
+/// Reads at most `limit + 1` bytes: a file larger than `limit` comes back longer than `limit`
+/// (for the size check to name), an endless one is not read to its end.
+fn read_limited(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    let mut content = Vec::new();
+    std::fs::File::open(path)?
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut content)?;
+    Ok(content)
+}
+
+/// Checks that a record's tensors are the tensors a module expects: the same names, shapes and
+/// dtypes, in the same order. `what` names the record in messages.
+///
+/// ```
+/// use burn_mpric_train::manifest::same_layout;
+/// use burn_mpric_train::record_layout::RecordTensor;
+///
+/// let t = |path: &str, shape: Vec<u64>| RecordTensor { path: path.into(), id: None, shape, dtype: "F32".into() };
+/// let expected = [t("w", vec![4, 8]), t("b", vec![8])];
+/// assert!(same_layout(&expected, &expected, "model.mpk").is_ok());
+/// let err = same_layout(&[t("w", vec![4, 2]), t("b", vec![2])], &expected, "model.mpk").unwrap_err();
+/// assert_eq!(err, "model.mpk: `w` is [4, 2] F32 where the recipe's model has [4, 8] F32");
+/// let err = same_layout(&[t("w", vec![4, 8])], &expected, "model.mpk").unwrap_err();
+/// assert_eq!(err, "model.mpk: lacks `b` [8] F32 of the recipe's model");
+/// ```
+pub fn same_layout(
+    found: &[RecordTensor],
+    expected: &[RecordTensor],
+    what: &str,
+) -> Result<(), String> {
+    for (i, want) in expected.iter().enumerate() {
+        let Some(got) = found.get(i) else {
+            return Err(format!(
+                "{what}: lacks `{}` {:?} {} of the recipe's model",
+                want.path, want.shape, want.dtype
+            ));
+        };
+        if got.path != want.path {
+            return Err(format!(
+                "{what}: holds `{}` where the recipe's model has `{}`",
+                got.path, want.path
+            ));
+        }
+        if got.shape != want.shape || got.dtype != want.dtype {
+            return Err(format!(
+                "{what}: `{}` is {:?} {} where the recipe's model has {:?} {}",
+                got.path, got.shape, got.dtype, want.shape, want.dtype
+            ));
+        }
+    }
+    if let Some(extra) = found.get(expected.len()) {
+        return Err(format!(
+            "{what}: holds `{}` {:?}, which the recipe's model does not have",
+            extra.path, extra.shape
+        ));
+    }
+    Ok(())
+}
+
+/// Checks that every tensor of an optimizer record is state of a parameter of `model` (its
+/// path starts with that parameter's id) with the parameter's shape.
+///
+/// ```
+/// use burn_mpric_train::manifest::optimizer_fits;
+/// use burn_mpric_train::record_layout::RecordTensor;
+///
+/// let t = |path: &str, id: Option<&str>, shape: Vec<u64>| RecordTensor {
+///     path: path.into(), id: id.map(Into::into), shape, dtype: "F32".into(),
+/// };
+/// let model = [t("w", Some("p1"), vec![4, 8])];
+/// assert!(optimizer_fits(&[t("p1.Rank2.moment_1", None, vec![4, 8])], &model).is_ok());
+/// let err = optimizer_fits(&[t("p9.Rank2.moment_1", None, vec![4, 8])], &model).unwrap_err();
+/// assert!(err.contains("parameter p9, which the model does not have"), "{err}");
+/// ```
+pub fn optimizer_fits(optimizer: &[RecordTensor], model: &[RecordTensor]) -> Result<(), String> {
+    for state in optimizer {
+        let id = state.path.split('.').next().unwrap_or_default();
+        let Some(param) = model.iter().find(|p| p.id.as_deref() == Some(id)) else {
+            return Err(format!(
+                "optimizer.mpk: holds state for parameter {id}, which the model does not have (an optimizer record of another run?)"
+            ));
+        };
+        if state.shape != param.shape {
+            return Err(format!(
+                "optimizer.mpk: state `{}` is {:?} but its parameter `{}` is {:?}",
+                state.path, state.shape, param.path, param.shape
+            ));
+        }
+    }
+    Ok(())
+}
