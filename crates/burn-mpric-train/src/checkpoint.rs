@@ -52,7 +52,7 @@ use crate::metrics::{EvalRow, StepRow};
 use crate::models::Model;
 use crate::plan::Plan;
 use crate::recipe::Recipe;
-use crate::record_layout::record_tensors;
+use crate::record_layout::{non_finite_tensors, record_tensors};
 use crate::train::{Ad, OptimizerTask, with_optimizer};
 
 /// The version of the run state this crate writes and reads.
@@ -479,6 +479,16 @@ impl Checkpoint {
         }
         same_layout(&model_layout, &expected, MODEL_FILE)?;
         optimizer_fits(&optimizer_layout, &model_layout)?;
+        for (name, bytes) in [
+            (MODEL_FILE, &files.model),
+            (OPTIMIZER_FILE, &files.optimizer),
+        ] {
+            if let Some((path, bad)) = non_finite_tensors(bytes)?.first() {
+                return Err(format!(
+                    "{name}: `{path}` holds {bad} non-finite values (NaN or infinity); a checkpoint must hold finite values"
+                ));
+            }
+        }
         LossScaler::from_record(state.scaler.clone()).map_err(|e| format!("{STATE_FILE}: {e}"))?;
         if !Sampler::fits(&plan.data, state.data) {
             return Err(format!(

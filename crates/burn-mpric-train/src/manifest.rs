@@ -175,8 +175,12 @@ impl Manifest {
             .files
             .get(name)
             .ok_or_else(|| format!("{name}: not listed in the manifest"))?;
-        let content =
-            read_limited(&dir.join(name), expected.bytes).map_err(|e| format!("{name}: {e}"))?;
+        let path = dir.join(name);
+        let meta = std::fs::metadata(&path).map_err(|e| format!("{name}: {e}"))?;
+        if !meta.is_file() {
+            return Err(format!("{name}: not a regular file"));
+        }
+        let content = read_limited(&path, expected.bytes).map_err(|e| format!("{name}: {e}"))?;
         if content.len() as u64 != expected.bytes {
             return Err(format!(
                 "{name}: {} bytes where the manifest says {} (truncated or replaced)",

@@ -62,6 +62,40 @@ impl fmt::Display for RecordTensor {
 /// assert!(record_tensors(b"\xc6\xff\xff\xff\xff").is_err()); // a 4 GiB binary that is not there
 /// ```
 pub fn record_tensors(bytes: &[u8]) -> Result<Vec<RecordTensor>, String> {
+    Ok(walk_record(bytes)?.into_iter().map(|(t, _)| t).collect())
+}
+
+/// The tensors of a record that hold non-finite values (NaN, ±inf), with how many each
+/// holds. Float payloads of dtype F64, F32, F16 and BF16 are read; others are not floats.
+///
+/// ```
+/// use burn::backend::Flex;
+/// use burn::module::{Module, Param};
+/// use burn::nn::LinearConfig;
+/// use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
+/// use burn::tensor::Tensor;
+/// use burn_mpric_train::record_layout::non_finite_tensors;
+///
+/// let device = Default::default();
+/// let mut linear = LinearConfig::new(2, 2).init::<Flex>(&device);
+/// let recorder = NamedMpkBytesRecorder::<FullPrecisionSettings>::new();
+/// let bytes = Recorder::<Flex>::record(&recorder, linear.clone().into_record(), ()).unwrap();
+/// assert!(non_finite_tensors(&bytes).unwrap().is_empty());
+///
+/// linear.bias = Some(Param::from_tensor(Tensor::from_floats([f32::NAN, f32::INFINITY], &device)));
+/// let bytes = Recorder::<Flex>::record(&recorder, linear.into_record(), ()).unwrap();
+/// assert_eq!(non_finite_tensors(&bytes).unwrap(), vec![("bias".to_string(), 2)]);
+/// ```
+pub fn non_finite_tensors(bytes: &[u8]) -> Result<Vec<(String, u64)>, String> {
+    Ok(walk_record(bytes)?
+        .into_iter()
+        .filter(|(_, bad)| *bad > 0)
+        .map(|(t, bad)| (t.path, bad))
+        .collect())
+}
+
+/// Every tensor of a record with its count of non-finite values.
+fn walk_record(bytes: &[u8]) -> Result<Vec<(RecordTensor, u64)>, String> {
     let node: Node =
         rmp_serde::from_slice(bytes).map_err(|e| format!("not a MessagePack record: {e}"))?;
     let Node::Map(entries) = node else {
@@ -76,7 +110,7 @@ pub fn record_tensors(bytes: &[u8]) -> Result<Vec<RecordTensor>, String> {
     Ok(found)
 }
 
-fn walk(node: &Node, path: String, id: Option<&str>, found: &mut Vec<RecordTensor>) {
+fn walk(node: &Node, path: String, id: Option<&str>, found: &mut Vec<(RecordTensor, u64)>) {
     let join = |key: &str| {
         if path.is_empty() {
             key.to_string()
@@ -87,9 +121,15 @@ fn walk(node: &Node, path: String, id: Option<&str>, found: &mut Vec<RecordTenso
     match node {
         Node::Map(entries) => {
             let get = |name: &str| entries.iter().find(|(k, _)| k == name).map(|(_, v)| v);
-            if let (Some(shape), Some(dtype), Some(_)) = (get("shape"), get("dtype"), get("bytes"))
+            if let (Some(shape), Some(dtype), Some(payload)) =
+                (get("shape"), get("dtype"), get("bytes"))
             {
-                found.push(RecordTensor {
+                let dtype = dtype.name();
+                let bad = match payload {
+                    Node::Bytes(bytes) => count_non_finite(bytes, &dtype),
+                    _ => 0,
+                };
+                let tensor = RecordTensor {
                     path,
                     id: id.map(str::to_string),
                     shape: match shape {
@@ -102,8 +142,9 @@ fn walk(node: &Node, path: String, id: Option<&str>, found: &mut Vec<RecordTenso
                             .collect(),
                         _ => Vec::new(),
                     },
-                    dtype: dtype.name(),
-                });
+                    dtype,
+                };
+                found.push((tensor, bad));
                 return;
             }
             if let (Some(Node::Str(param_id)), Some(param), 2) =
@@ -125,9 +166,30 @@ fn walk(node: &Node, path: String, id: Option<&str>, found: &mut Vec<RecordTenso
     }
 }
 
-/// The structure of a MessagePack value, without payloads.
+/// Non-finite elements of a little-endian float payload of `dtype` (Burn's names).
+fn count_non_finite(bytes: &[u8], dtype: &str) -> u64 {
+    let count = |width: usize, non_finite: &dyn Fn(&[u8]) -> bool| {
+        bytes.chunks_exact(width).filter(|c| non_finite(c)).count() as u64
+    };
+    // An IEEE float is non-finite exactly when its exponent bits are all ones.
+    let half = |mask: u16| move |c: &[u8]| u16::from_le_bytes([c[0], c[1]]) & mask == mask;
+    match dtype {
+        "F64" => count(8, &|c| {
+            !f64::from_le_bytes(c.try_into().unwrap_or([0; 8])).is_finite()
+        }),
+        "F32" => count(4, &|c| {
+            !f32::from_le_bytes(c.try_into().unwrap_or([0; 4])).is_finite()
+        }),
+        "F16" => count(2, &half(0x7c00)),
+        "BF16" => count(2, &half(0x7f80)),
+        _ => 0,
+    }
+}
+
+/// The structure of a MessagePack value; binary payloads are kept for the finiteness count.
 #[derive(Debug)]
 enum Node {
+    Bytes(Vec<u8>),
     Map(Vec<(String, Node)>),
     Seq(Vec<Node>),
     Str(String),
@@ -177,8 +239,8 @@ impl<'de> Visitor<'de> for NodeVisitor {
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Node, E> {
         Ok(Node::Str(v.to_string()))
     }
-    fn visit_bytes<E: de::Error>(self, _: &[u8]) -> Result<Node, E> {
-        Ok(Node::Other)
+    fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Node, E> {
+        Ok(Node::Bytes(v.to_vec()))
     }
     fn visit_unit<E: de::Error>(self) -> Result<Node, E> {
         Ok(Node::Other)

@@ -214,9 +214,34 @@ fn forged_checkpoints_are_refused_with_one_line_before_anything_is_loaded() {
     let model = std::fs::read(ours.join("model.mpk")).unwrap();
     let tensors = record_tensors(&model).unwrap();
     assert!(!tensors.is_empty());
-    let mut bytes = model.clone();
-    // The first element of the last tensor: its payload follows the key `bytes` and a
-    // MessagePack bin header (bin8, bin16 or bin32).
+    poison_last_tensor(&ours.join("model.mpk"));
+    assert_refused(&dir, &path, &["model.mpk", "SHA-256 mismatch"]);
+    forge_manifest(&ours, 10);
+    let out_run = run(&dir, &["train", path.to_str().unwrap(), "--resume", "-q"]);
+    let stderr = String::from_utf8_lossy(&out_run.stderr);
+    assert_eq!(out_run.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("holds 1 non-finite values (NaN or infinity)"),
+        "{stderr}"
+    );
+    // A NaN in the optimizer state (Adam's moments).
+    fresh();
+    poison_last_tensor(&ours.join("optimizer.mpk"));
+    forge_manifest(&ours, 10);
+    assert_refused(&dir, &path, &["optimizer.mpk", "non-finite values"]);
+    // Refused checkpoints are kept where they are when nothing else can be resumed.
+    assert!(ours.join("model.mpk").exists());
+    assert!(
+        !out.join("checkpoints")
+            .join("step-00000010.rejected")
+            .exists()
+    );
+}
+
+/// Writes a NaN over the first element of the last tensor of a record file: its payload
+/// follows the key `bytes` and a MessagePack bin header (bin8, bin16 or bin32).
+fn poison_last_tensor(path: &Path) {
+    let mut bytes = std::fs::read(path).unwrap();
     let key = bytes.windows(5).rposition(|w| w == b"bytes").unwrap() + 5;
     let header = match bytes[key] {
         0xc4 => 2,
@@ -226,23 +251,7 @@ fn forged_checkpoints_are_refused_with_one_line_before_anything_is_loaded() {
     };
     let at = key + header;
     bytes[at..at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
-    std::fs::write(ours.join("model.mpk"), &bytes).unwrap();
-    assert_refused(&dir, &path, &["model.mpk", "SHA-256 mismatch"]);
-    forge_manifest(&ours, 10);
-    let out_run = run(&dir, &["train", path.to_str().unwrap(), "--resume", "-q"]);
-    let stderr = String::from_utf8_lossy(&out_run.stderr);
-    assert_eq!(out_run.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains("holds NaN; a checkpoint must hold finite parameters"),
-        "{stderr}"
-    );
-    // Refused checkpoints are kept where they are when nothing else can be resumed.
-    assert!(ours.join("model.mpk").exists());
-    assert!(
-        !out.join("checkpoints")
-            .join("step-00000010.rejected")
-            .exists()
-    );
+    std::fs::write(path, &bytes).unwrap();
 }
 
 #[test]
