@@ -32,6 +32,16 @@ pub trait BackendTask {
     type Output;
     /// Runs on backend `B` with the inner device `device`.
     fn run<B: Backend>(self, device: B::Device, backend: BackendName) -> Self::Output;
+
+    /// Runs on backend `B` with every device of the recipe, the main one first (never
+    /// empty). By default, runs on the main device only.
+    fn run_on<B: Backend>(self, devices: Vec<B::Device>, backend: BackendName) -> Self::Output
+    where
+        Self: Sized,
+    {
+        let main = devices.into_iter().next().unwrap_or_default();
+        self.run::<B>(main, backend)
+    }
 }
 
 /// Runs `task` on the backend and device a recipe names.
@@ -51,37 +61,49 @@ pub trait BackendTask {
 ///         1
 ///     }
 /// }
-/// let spec = BackendSpec { name: BackendName::NdArray, device: 0 };
+/// let spec = BackendSpec { name: BackendName::NdArray, ..BackendSpec::default() };
 /// assert_eq!(dispatch(&spec, One).unwrap(), 1);
-/// let bad = BackendSpec { name: BackendName::Flex, device: 3 };
+/// let bad = BackendSpec { device: 3, ..BackendSpec::default() };
 /// assert_eq!(dispatch(&bad, One).unwrap_err().field, "backend.device");
 /// ```
 pub fn dispatch<T: BackendTask>(spec: &BackendSpec, task: T) -> Result<T::Output, RecipeError> {
-    let cpu_only = |name: BackendName| {
-        if spec.device == 0 {
-            Ok(())
-        } else {
-            Err(RecipeError::new(
-                "backend.device",
-                format!("{name} has one device, 0; got {}", spec.device),
-            ))
-        }
+    let indices = spec.device_list();
+    let field = if spec.devices.is_some() {
+        "backend.devices"
+    } else {
+        "backend.device"
     };
+    let cpu_only = |name: BackendName| match indices.iter().find(|i| **i != 0) {
+        None => Ok(()),
+        Some(i) => Err(RecipeError::new(
+            field,
+            format!("{name} has one device, 0; got {i}"),
+        )),
+    };
+    let all = |device| vec![device; indices.len()];
     match spec.name {
         BackendName::Flex => {
             cpu_only(spec.name)?;
-            Ok(task.run::<burn::backend::Flex>(Default::default(), spec.name))
+            Ok(task.run_on::<burn::backend::Flex>(all(Default::default()), spec.name))
         }
         BackendName::NdArray => {
             cpu_only(spec.name)?;
-            Ok(task.run::<burn::backend::NdArray>(
-                burn::backend::ndarray::NdArrayDevice::Cpu,
+            Ok(task.run_on::<burn::backend::NdArray>(
+                vec![burn::backend::ndarray::NdArrayDevice::Cpu; indices.len()],
                 spec.name,
             ))
         }
         BackendName::Wgpu => {
-            let device = wgpu_device(spec.device)?;
-            Ok(task.run::<burn::backend::Wgpu>(device, spec.name))
+            let devices = indices
+                .iter()
+                .map(|i| {
+                    wgpu_device(*i).map_err(|e| match e.field.as_str() {
+                        "backend.device" => RecipeError::new(field, e.message),
+                        _ => e,
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(task.run_on::<burn::backend::Wgpu>(devices, spec.name))
         }
         BackendName::Cuda => cuda(spec, task),
     }
@@ -137,8 +159,12 @@ fn wgpu_device(index: usize) -> Result<burn::backend::wgpu::WgpuDevice, RecipeEr
 
 #[cfg(feature = "cuda")]
 fn cuda<T: BackendTask>(spec: &BackendSpec, task: T) -> Result<T::Output, RecipeError> {
-    let device = burn::backend::cuda::CudaDevice::new(spec.device);
-    Ok(task.run::<burn::backend::Cuda>(device, spec.name))
+    let devices = spec
+        .device_list()
+        .into_iter()
+        .map(burn::backend::cuda::CudaDevice::new)
+        .collect();
+    Ok(task.run_on::<burn::backend::Cuda>(devices, spec.name))
 }
 
 #[cfg(not(feature = "cuda"))]

@@ -137,11 +137,12 @@ pub(crate) fn run(cli: Cli) -> Result<(), Error> {
             let policy = plan.check_backend()?;
             if !args.quiet {
                 eprintln!(
-                    "training {}: {} steps of {} on {} ({policy}) -> {}",
+                    "training {}: {} steps of {} on {} {} ({policy}) -> {}",
                     plan.label,
                     plan.total_steps,
                     plan.recipe.model.kind,
                     plan.recipe.backend.name,
+                    plan.recipe.backend.describe_devices(),
                     plan.recipe.output.display()
                 );
             }
@@ -236,6 +237,7 @@ fn explain_policy(args: &PolicyArgs) -> Result<(), Error> {
     let spec = BackendSpec {
         name: args.backend,
         device: args.device,
+        devices: None,
     };
     let resolved = dispatch(&spec, Resolve(policy))
         .and_then(|r| r)

@@ -187,8 +187,17 @@ impl Plan {
             ),
             format!("dataset:    {}", self.data.describe()),
             format!(
-                "backend:    {} device {}, policy {policy}",
-                r.backend.name, r.backend.device
+                "backend:    {} {}{}, policy {policy}",
+                r.backend.name,
+                r.backend.describe_devices(),
+                if r.backend.device_list().len() > 1 {
+                    format!(
+                        ", strategy {}",
+                        r.strategy.unwrap_or(crate::recipe::Strategy::MultiDevice)
+                    )
+                } else {
+                    String::new()
+                }
             ),
             format!(
                 "loss scale: {scaler}{}",

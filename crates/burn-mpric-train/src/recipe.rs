@@ -85,6 +85,10 @@ pub struct Recipe {
     /// [`DEFAULT_MAX_CONSECUTIVE_SKIPS`]), like optax's `max_consecutive_errors`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_consecutive_skips: Option<u64>,
+    /// How several `backend.devices` train together (default `multi_device` when there are
+    /// several).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<Strategy>,
     /// The precision policy (`f32`, `mixed_bf16`, `p=f32,c=f16,o=f32`, ...).
     #[serde(default)]
     pub policy: Policy,
@@ -516,6 +520,11 @@ pub struct BackendSpec {
     /// the n-th discrete GPU; for cuda the GPU index.
     #[serde(default)]
     pub device: usize,
+    /// Several devices for data-parallel training (see [`Strategy`]), the first one the main
+    /// device; indices as for `device`. A CPU backend's one device may be named more than once
+    /// (replicas on one device).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub devices: Option<Vec<usize>>,
 }
 
 fn default_backend() -> BackendName {
@@ -527,7 +536,67 @@ impl Default for BackendSpec {
         Self {
             name: BackendName::Flex,
             device: 0,
+            devices: None,
         }
+    }
+}
+
+impl BackendSpec {
+    /// The devices a run uses, the main one first.
+    ///
+    /// ```
+    /// use burn_mpric_train::recipe::BackendSpec;
+    ///
+    /// assert_eq!(BackendSpec::default().device_list(), vec![0]);
+    /// let two = BackendSpec { devices: Some(vec![1, 2]), ..BackendSpec::default() };
+    /// assert_eq!(two.device_list(), vec![1, 2]);
+    /// ```
+    pub fn device_list(&self) -> Vec<usize> {
+        self.devices.clone().unwrap_or_else(|| vec![self.device])
+    }
+
+    /// The devices, written as a person reads them (`device 0`, `devices [0, 1]`).
+    ///
+    /// ```
+    /// use burn_mpric_train::recipe::BackendSpec;
+    ///
+    /// assert_eq!(BackendSpec::default().describe_devices(), "device 0");
+    /// ```
+    pub fn describe_devices(&self) -> String {
+        match &self.devices {
+            Some(devices) => format!("devices {devices:?}"),
+            None => format!("device {}", self.device),
+        }
+    }
+}
+
+/// How a run uses several devices.
+///
+/// ```
+/// use burn_mpric_train::recipe::Strategy;
+///
+/// let s: Strategy = serde_json::from_str("\"multi_device\"").unwrap();
+/// assert_eq!(s, Strategy::MultiDevice);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    /// Data parallel in one process, as burn-train's `MultiDevice` with `OptimMainDevice`:
+    /// each step's batch is split into one contiguous shard per device, each device runs the
+    /// model on its shard, the gradients are summed on the main device (each shard's loss
+    /// weighted by its share of the batch, so the sum is the gradient of the whole batch's
+    /// mean loss), and one loss-scaler decision and one optimizer step follow.
+    MultiDevice,
+    /// Distributed data parallel (burn-collective): not available in the CLI.
+    Ddp,
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Strategy::MultiDevice => "multi_device",
+            Strategy::Ddp => "ddp",
+        })
     }
 }
 
@@ -1066,6 +1135,39 @@ impl Recipe {
                 "must be > 0, got 0 (leave it out to checkpoint only at the end)",
             ));
         }
+        let devices = self.backend.device_list();
+        if self.backend.devices.is_some() && self.backend.device != 0 {
+            return Err(RecipeError::new(
+                "backend.devices",
+                "give backend.device or backend.devices, not both",
+            ));
+        }
+        if devices.is_empty() || devices.len() > 64 {
+            return Err(RecipeError::new(
+                "backend.devices",
+                format!("must list 1 to 64 devices, got {}", devices.len()),
+            ));
+        }
+        match self.strategy {
+            Some(Strategy::Ddp) => {
+                return Err(RecipeError::new(
+                    "strategy",
+                    "`ddp` (a process per device, gradients all-reduced through burn-collective) is not available in the mpric CLI; use `multi_device`, which trains on several devices of one machine",
+                ));
+            }
+            Some(Strategy::MultiDevice) | None => {}
+        }
+        if devices.len() > self.batch_size {
+            return Err(RecipeError::new(
+                "backend.devices",
+                format!(
+                    "{} devices need a batch of at least {} (one sample per device), got batch_size {}",
+                    devices.len(),
+                    devices.len(),
+                    self.batch_size
+                ),
+            ));
+        }
         if self.max_consecutive_skips == Some(0) {
             return Err(RecipeError::new(
                 "max_consecutive_skips",
@@ -1139,6 +1241,7 @@ impl Recipe {
             checkpoint_every: None,
             clip_grad_norm: None,
             max_consecutive_skips: None,
+            strategy: None,
             policy: Policy::F32,
             loss_scale: LossScaleSpec::default(),
             model: ModelSpec::new(ModelKind::Mlp),

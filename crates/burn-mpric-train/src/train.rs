@@ -6,12 +6,14 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use burn::backend::Autodiff;
-use burn::module::AutodiffModule;
+use burn::module::{AutodiffModule, Module};
 use burn::optim::decay::WeightDecayConfig;
 use burn::optim::momentum::MomentumConfig;
-use burn::optim::{AdamConfig, AdamWConfig, GradientsParams, Optimizer, SgdConfig};
-use burn::tensor::ElementConversion;
+use burn::optim::{
+    AdamConfig, AdamWConfig, GradientsAccumulator, GradientsParams, Optimizer, SgdConfig,
+};
 use burn::tensor::backend::Backend;
+use burn::tensor::{ElementConversion, Tensor};
 use burn_mpric::scale::LossScaler;
 use burn_mpric::{MixedPrecision, MpDevice, Policy};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -176,9 +178,22 @@ impl BackendTask for Run<'_> {
     type Output = Result<Summary, Error>;
 
     fn run<B: Backend>(self, device: B::Device, backend: BackendName) -> Self::Output {
-        let device = mp_device::<B>(device, self.plan.recipe.policy, backend)
+        self.run_on::<B>(vec![device], backend)
+    }
+
+    fn run_on<B: Backend>(self, devices: Vec<B::Device>, backend: BackendName) -> Self::Output {
+        let replicas = devices
+            .into_iter()
+            .map(|d| mp_device::<B>(d, self.plan.recipe.policy, backend))
+            .collect::<Result<Vec<_>, _>>()
             .map_err(|e| e.in_file(&self.plan.label))?;
-        with_optimizer::<B, _>(self.plan.optimizer, Loop { run: self, device })
+        with_optimizer::<B, _>(
+            self.plan.optimizer,
+            Loop {
+                run: self,
+                replicas,
+            },
+        )
     }
 }
 
@@ -247,22 +262,93 @@ pub(crate) fn with_optimizer<B: Backend, T: OptimizerTask<B>>(
 
 struct Loop<'a, B: Backend> {
     run: Run<'a>,
-    device: MpDevice<B>,
+    /// The devices, the main one (which holds the model and the optimizer) first.
+    replicas: Vec<MpDevice<B>>,
 }
 
 impl<B: Backend> OptimizerTask<B> for Loop<'_, B> {
     type Output = Result<Summary, Error>;
 
     fn run<O: Optimizer<Model<Ad<B>>, Ad<B>>>(self, optim: O) -> Self::Output {
-        train_loop(self.run, &self.device, optim)
+        train_loop(self.run, &self.replicas, optim)
     }
 }
 
-fn train_loop<B, O>(run: Run<'_>, device: &MpDevice<B>, mut optim: O) -> Result<Summary, Error>
+/// The gradients, loss and correct predictions of one step over all replicas, on the main
+/// device.
+struct StepGrads<B: Backend> {
+    grads: GradientsParams,
+    scaled_loss: Tensor<Ad<B>, 1>,
+    correct: Option<i64>,
+}
+
+/// Forward and backward of one batch: on the main device alone, or split into one contiguous
+/// shard per replica, each shard's loss weighted by its share of the batch (so the summed
+/// gradients are those of the whole batch's mean loss) and the gradients summed on the main
+/// device.
+fn forward_backward<B: Backend>(
+    plan: &Plan,
+    model: &Model<Ad<B>>,
+    scaler: &LossScaler,
+    items: &[usize],
+    replicas: &[MpDevice<B>],
+) -> Result<StepGrads<B>, Error> {
+    let main = &replicas[0];
+    let read_correct =
+        |c: Option<Tensor<Ad<B>, 1, burn::tensor::Int>>| c.map(|c| c.into_scalar().elem::<i64>());
+    if replicas.len() == 1 {
+        let out = model.forward(plan.data.batch::<Ad<B>>(false, items, main))?;
+        let scaled = scaler.scale_loss(out.loss);
+        let grads = GradientsParams::from_grads(scaled.backward(), model);
+        return Ok(StepGrads {
+            grads,
+            scaled_loss: scaled,
+            correct: read_correct(out.correct),
+        });
+    }
+    let shards = shard(items, replicas.len());
+    let mut accumulator = GradientsAccumulator::<Model<Ad<B>>>::new();
+    let mut losses = Vec::with_capacity(shards.len());
+    let mut correct: Option<i64> = None;
+    for (shard, device) in shards.into_iter().zip(replicas) {
+        let replica = model.clone().fork(device);
+        let out = replica.forward(plan.data.batch::<Ad<B>>(false, shard, device))?;
+        let share = shard.len() as f64 / items.len() as f64;
+        let scaled = scaler.scale_loss(out.loss.mul_scalar(share));
+        let grads = GradientsParams::from_grads(scaled.backward(), &replica);
+        accumulator.accumulate(model, grads.to_device(main, model));
+        losses.push(scaled.detach().to_device(main));
+        if let Some(c) = read_correct(out.correct) {
+            correct = Some(correct.unwrap_or(0) + c);
+        }
+    }
+    Ok(StepGrads {
+        grads: accumulator.grads(),
+        scaled_loss: Tensor::cat(losses, 0).sum(),
+        correct,
+    })
+}
+
+/// `items` split into `n` contiguous shards whose sizes differ by at most one (`n` is at most
+/// `items.len()`, checked with the recipe).
+fn shard(items: &[usize], n: usize) -> Vec<&[usize]> {
+    let (base, extra) = (items.len() / n, items.len() % n);
+    let mut shards = Vec::with_capacity(n);
+    let mut start = 0;
+    for i in 0..n {
+        let len = base + usize::from(i < extra);
+        shards.push(&items[start..start + len]);
+        start += len;
+    }
+    shards
+}
+
+fn train_loop<B, O>(run: Run<'_>, replicas: &[MpDevice<B>], mut optim: O) -> Result<Summary, Error>
 where
     B: Backend,
     O: Optimizer<Model<Ad<B>>, Ad<B>>,
 {
+    let device = &replicas[0];
     let started = Instant::now();
     let Run {
         plan,
@@ -319,18 +405,17 @@ where
     for step in start + 1..=stop {
         let t0 = Instant::now();
         let items = sampler.next_items();
-        let batch = plan.data.batch::<Ad<B>>(false, &items, device);
-        let predictions = batch.len;
-        let out = model.forward(batch)?;
+        let predictions = plan.data.predictions(items.len());
         let lr = recipe.schedule.lr(recipe.optimizer.lr, step, total);
-        let scaled = scaler.scale_loss(out.loss);
-        let grads = GradientsParams::from_grads(scaled.backward(), &model);
-        let (next, outcome) = scaler.step_with_loss(&mut optim, lr, model, grads, scaled);
+        let StepGrads {
+            grads,
+            scaled_loss,
+            correct,
+        } = forward_backward(plan, &model, &scaler, &items, replicas)?;
+        let (next, outcome) = scaler.step_with_loss(&mut optim, lr, model, grads, scaled_loss);
         model = next;
         let outcome = outcome.map_err(|source| Error::Step { step, source })?;
-        let accuracy = out
-            .correct
-            .map(|c| c.into_scalar().elem::<i64>() as f32 / predictions as f32);
+        let accuracy = correct.map(|c| c as f32 / predictions as f32);
         let row = StepRow {
             step,
             epoch: sampler.position().epoch,
@@ -461,8 +546,9 @@ fn write_reports(
             recipe: plan.label.clone(),
             policy: policy.to_string(),
             backend: format!(
-                "{} device {}",
-                plan.recipe.backend.name, plan.recipe.backend.device
+                "{} {}",
+                plan.recipe.backend.name,
+                plan.recipe.backend.describe_devices()
             ),
             total_steps: plan.total_steps,
             steps: rows.to_vec(),

@@ -267,6 +267,24 @@ impl Dataset {
         }
     }
 
+    /// Predictions in a batch of `items` examples (the batch's `len`): one per example, or
+    /// one per character of each window for text.
+    ///
+    /// ```
+    /// use burn_mpric_train::{Recipe, data::Dataset};
+    ///
+    /// let recipe = Recipe::example();
+    /// let config = recipe.model.resolve().unwrap();
+    /// let data = Dataset::load(&recipe.dataset, &config, 0).unwrap();
+    /// assert_eq!(data.predictions(16), 16);
+    /// ```
+    pub fn predictions(&self, items: usize) -> usize {
+        match self {
+            Dataset::Tabular(_) => items,
+            Dataset::Text(t) => items * t.context(),
+        }
+    }
+
     /// A one-line description: name, sizes, split.
     ///
     /// ```

@@ -1,5 +1,5 @@
 //! End-to-end tests of the `mpric` binary and the recipe files: exact resume, a run killed
-//! with SIGKILL, checkpoint integrity, run locking and divergence, bad recipes, the quickstart's mixed-vs-f32 result, the plots, `mpric policy`.
+//! with SIGKILL, checkpoint integrity, run locking and divergence, several devices, bad recipes, the quickstart's mixed-vs-f32 result, the plots, `mpric policy`.
 //!
 //! Every test runs the real binary on real files in its own folder under Cargo's
 //! per-target temporary directory.
@@ -8,6 +8,7 @@ mod bad_recipes;
 mod common;
 mod integrity;
 mod kill;
+mod multi_device;
 mod plots;
 mod policy;
 mod quickstart;
