@@ -101,6 +101,7 @@ fn train_lagging(epochs: usize, steps_per_epoch: usize, lags: Arc<Mutex<Vec<u64>
             data: samples(true),
             epochs,
             multi: None,
+            accumulation: None,
         },
         |handle| {
             Some(Lagging {
@@ -147,6 +148,7 @@ fn every_multi_device_mode_skips_a_poisoned_step_like_a_run_without_it() {
                 data: samples(true),
                 epochs: EPOCHS,
                 multi: Some(mode),
+                accumulation: None,
             },
             None::<Lagging>,
         );
@@ -160,6 +162,7 @@ fn every_multi_device_mode_skips_a_poisoned_step_like_a_run_without_it() {
                 data: without_poisoned_iteration(),
                 epochs: EPOCHS,
                 multi: Some(mode),
+                accumulation: None,
             },
             None::<Lagging>,
         );
@@ -195,4 +198,75 @@ fn every_multi_device_mode_skips_a_poisoned_step_like_a_run_without_it() {
     }
     // The same decisions whichever mode runs.
     assert_eq!(traces[0], traces[1]);
+}
+
+/// The batches a two-device run processes together, one after the other: the first device
+/// takes the first half of the data, the second the second half, batch by batch.
+fn interleaved(data: Vec<Sample>) -> Vec<Sample> {
+    let half = data.len() / 2;
+    let (first, second) = data.split_at(half);
+    first
+        .chunks(BATCH)
+        .zip(second.chunks(BATCH))
+        .flat_map(|(a, b)| a.iter().chain(b).cloned())
+        .collect()
+}
+
+#[test]
+fn two_replicas_equal_one_device_summing_the_same_two_batches_per_step() {
+    // burn-train's MultiDevice (OptimMainDevice) sums the two replicas' gradients on the main
+    // device; one device with gradient accumulation 2 over the same batches sums the same
+    // gradients. Both go through one loss-scaler decision per step.
+    for poison in [false, true] {
+        let multi = train(
+            Run {
+                name: if poison {
+                    "pair-multi-poisoned"
+                } else {
+                    "pair-multi"
+                },
+                data: samples(poison),
+                epochs: 2,
+                multi: Some(MultiDeviceOptim::OptimMainDevice),
+                accumulation: None,
+            },
+            None::<Lagging>,
+        );
+        let single = train(
+            Run {
+                name: if poison {
+                    "pair-single-poisoned"
+                } else {
+                    "pair-single"
+                },
+                data: interleaved(samples(poison)),
+                epochs: 2,
+                multi: None,
+                accumulation: Some(2),
+            },
+            None::<Lagging>,
+        );
+        let (a, b) = (multi.handle.stats(), single.handle.stats());
+        assert_eq!(
+            (a.steps, a.skipped),
+            (b.steps, b.skipped),
+            "poison {poison}"
+        );
+        assert_eq!(a.skipped, if poison { 2 } else { 0 });
+        assert_eq!(multi.handle.scale(), single.handle.scale());
+        for (x, y) in multi
+            .model
+            .param_data()
+            .into_iter()
+            .zip(single.model.param_data())
+        {
+            let (x, y) = (x.to_vec::<f32>().unwrap(), y.to_vec::<f32>().unwrap());
+            for (u, v) in x.iter().zip(&y) {
+                assert!(
+                    u.is_finite() && (u - v).abs() <= 1e-5 * (1.0 + u.abs()),
+                    "{u} vs {v}"
+                );
+            }
+        }
+    }
 }

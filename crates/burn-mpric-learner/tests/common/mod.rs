@@ -156,6 +156,9 @@ pub struct Run {
     pub data: Vec<Sample>,
     pub epochs: usize,
     pub multi: Option<MultiDeviceOptim>,
+    /// Sum the gradients of this many batches per optimizer step (burn-train's
+    /// `grads_accumulation`).
+    pub accumulation: Option<usize>,
 }
 
 /// A finished run: the trained model, the scaler, and the folder with burn-train's logs.
@@ -234,6 +237,9 @@ where
         .metric_train_numeric(LossMetric::new())
         .metric_valid_numeric(AccuracyMetric::new())
         .num_epochs(run.epochs);
+    if let Some(n) = run.accumulation {
+        training = training.grads_accumulation(n);
+    }
     if let Some(mode) = run.multi {
         let devices = vec![device.clone(), device.clone()];
         training = training.with_training_strategy(ExecutionStrategy::multi(devices, mode).into());
