@@ -26,8 +26,7 @@
 //! the same way: `.<name>.tmp`, then a rename. Temporaries left by a killed run are removed
 //! by the next run. The two most recent checkpoints are kept.
 
-use std::fs::{self, File};
-use std::io::Write;
+use std::fs;
 use std::path::{Path, PathBuf};
 
 use burn::module::Module;
@@ -45,15 +44,16 @@ use burn::backend::Flex;
 use burn_mpric::scale::LossScaler;
 use burn_mpric::{MixedPrecision, MpDevice, Policy, PolicyDType};
 
+use crate::atomic::{sync_dir, write_synced};
 use crate::data::{DataPosition, Sampler};
 use crate::error::Error;
 use crate::manifest::{MANIFEST_FILE, Manifest, optimizer_fits, same_layout};
 use crate::metrics::{EvalRow, StepRow};
 use crate::models::Model;
+use crate::optim::{Ad, OptimizerTask, with_optimizer};
 use crate::plan::Plan;
 use crate::recipe::Recipe;
 use crate::record_layout::{non_finite_tensors, record_tensors};
-use crate::train::{Ad, OptimizerTask, with_optimizer};
 
 /// The version of the run state this crate writes and reads.
 ///
@@ -417,7 +417,7 @@ impl Checkpoint {
     /// ```
     pub fn verify_for(&self, plan: &Plan) -> Result<Verified, Rejection> {
         let (manifest, state, files) = self.read_proven().map_err(Rejection::Invalid)?;
-        crate::resume::compatible(&state.recipe, &plan.recipe).map_err(Rejection::Incompatible)?;
+        crate::compat::compatible(&state.recipe, &plan.recipe).map_err(Rejection::Incompatible)?;
         self.fits(plan, manifest, state, files)
             .map_err(Rejection::Invalid)
     }
@@ -703,44 +703,6 @@ pub(crate) fn clean_temporaries(output: &Path) -> Result<(), Error> {
             }
         }
     }
-    Ok(())
-}
-
-fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), Error> {
-    let mut file = File::create(path).map_err(|e| Error::io(path, e))?;
-    file.write_all(bytes).map_err(|e| Error::io(path, e))?;
-    file.sync_all().map_err(|e| Error::io(path, e))
-}
-
-fn sync_dir(dir: &Path) {
-    // Makes the rename durable across a power loss; not needed against a killed process,
-    // and not possible on every platform, so failures are ignored.
-    if let Ok(file) = File::open(dir) {
-        let _ = file.sync_all();
-    }
-}
-
-/// Writes `bytes` to `path` atomically: a temporary file next to it (`.<name>.tmp`),
-/// flushed, then renamed over `path`.
-///
-/// ```
-/// use burn_mpric_train::checkpoint::write_atomic;
-///
-/// let path = std::env::temp_dir().join(format!("mpric-doc-{}.txt", std::process::id()));
-/// write_atomic(&path, b"one").unwrap();
-/// write_atomic(&path, b"two").unwrap();
-/// assert_eq!(std::fs::read(&path).unwrap(), b"two");
-/// # std::fs::remove_file(path).unwrap();
-/// ```
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
-    let name = path
-        .file_name()
-        .ok_or_else(|| Error::Internal(format!("{} has no file name", path.display())))?;
-    let parent = path.parent().unwrap_or_else(|| Path::new("."));
-    let tmp = parent.join(format!(".{}.tmp", name.to_string_lossy()));
-    write_synced(&tmp, bytes)?;
-    fs::rename(&tmp, path).map_err(|e| Error::io(path, e))?;
-    sync_dir(parent);
     Ok(())
 }
 

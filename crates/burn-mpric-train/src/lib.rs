@@ -26,9 +26,11 @@
 //! stopped and resumed gives the parameters of the uninterrupted run.
 #![warn(missing_docs)]
 
+pub mod atomic;
 pub mod backend;
 pub mod checkpoint;
 pub mod cli;
+mod compat;
 pub mod data;
 pub mod document;
 mod error;
@@ -37,6 +39,7 @@ pub mod loss_scale;
 pub mod manifest;
 pub mod metrics;
 pub mod models;
+mod optim;
 pub mod overrides;
 mod plan;
 pub mod plot;

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::checkpoint::write_atomic;
+use crate::atomic::write_atomic;
 use crate::error::Error;
 
 /// One training step.

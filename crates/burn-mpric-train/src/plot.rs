@@ -5,7 +5,7 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use crate::checkpoint::write_atomic;
+use crate::atomic::write_atomic;
 use crate::error::Error;
 use crate::metrics::{EvalRow, StepRow};
 

@@ -3,12 +3,9 @@
 
 use std::path::PathBuf;
 
-use serde_json::Value;
-
 use crate::checkpoint::{self, Checkpoint, Rejection, TrainState};
 use crate::error::Error;
 use crate::plan::Plan;
-use crate::recipe::Recipe;
 
 /// The checkpoint a run resumes from.
 #[derive(Debug)]
@@ -90,65 +87,4 @@ fn set_aside(checkpoint: &Checkpoint, reason: String) -> Result<SetAside, Error>
     }
     std::fs::rename(&checkpoint.dir, &moved_to).map_err(|e| Error::io(&checkpoint.dir, e))?;
     Ok(SetAside { reason, moved_to })
-}
-
-/// Fields a resumed run may change: how long it runs, how often it checkpoints, when it stops
-/// on a run of skipped steps, and where it writes.
-const RESUMABLE_CHANGES: [&str; 5] = [
-    "steps",
-    "epochs",
-    "checkpoint_every",
-    "max_consecutive_skips",
-    "output",
-];
-
-/// Errors unless `current` is `saved` up to [`RESUMABLE_CHANGES`], naming the first field
-/// that differs.
-pub(crate) fn compatible(saved: &Recipe, current: &Recipe) -> Result<(), Error> {
-    let strip = |recipe: &Recipe| -> Result<Value, Error> {
-        let mut value = serde_json::to_value(recipe)
-            .map_err(|e| Error::Internal(format!("recipe is not serializable: {e}")))?;
-        if let Value::Object(map) = &mut value {
-            for key in RESUMABLE_CHANGES {
-                map.remove(key);
-            }
-        }
-        Ok(value)
-    };
-    let explicit = |recipe: &Recipe| {
-        recipe
-            .explicit()
-            .map_err(|e| Error::Resume(format!("the recipe: {e}")))
-    };
-    let (a, b) = (strip(&explicit(saved)?)?, strip(&explicit(current)?)?);
-    match first_difference(&a, &b, String::new()) {
-        None => Ok(()),
-        Some((field, was, now)) => Err(Error::Resume(format!(
-            "the recipe's `{field}` is {now} but the run was started with {was}; resume with the recipe the run started with (only steps, epochs, checkpoint_every and max_consecutive_skips may change)"
-        ))),
-    }
-}
-
-fn first_difference(a: &Value, b: &Value, path: String) -> Option<(String, String, String)> {
-    let show = |v: Option<&Value>| v.map_or("(not set)".to_string(), Value::to_string);
-    match (a, b) {
-        (Value::Object(x), Value::Object(y)) => {
-            let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
-            keys.sort();
-            keys.dedup();
-            keys.into_iter().find_map(|key| {
-                let sub = if path.is_empty() {
-                    key.clone()
-                } else {
-                    format!("{path}.{key}")
-                };
-                match (x.get(key), y.get(key)) {
-                    (Some(u), Some(v)) => first_difference(u, v, sub),
-                    (u, v) => Some((sub, show(u), show(v))),
-                }
-            })
-        }
-        _ if a == b => None,
-        _ => Some((path, show(Some(a)), show(Some(b)))),
-    }
 }

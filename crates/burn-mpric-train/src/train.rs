@@ -5,13 +5,8 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use burn::backend::Autodiff;
 use burn::module::{AutodiffModule, Module};
-use burn::optim::decay::WeightDecayConfig;
-use burn::optim::momentum::MomentumConfig;
-use burn::optim::{
-    AdamConfig, AdamWConfig, GradientsAccumulator, GradientsParams, Optimizer, SgdConfig,
-};
+use burn::optim::{GradientsAccumulator, GradientsParams, Optimizer};
 use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Tensor};
 use burn_mpric::scale::LossScaler;
@@ -25,9 +20,10 @@ use crate::error::{Error, RecipeError};
 use crate::lock::RunLock;
 use crate::metrics::{self, EvalRow, MetricsFile, StepRow};
 use crate::models::Model;
+use crate::optim::{Ad, OptimizerTask, with_optimizer};
 use crate::plan::Plan;
 use crate::plot;
-use crate::recipe::{BackendName, OptimizerConfig};
+use crate::recipe::BackendName;
 use crate::resume;
 
 /// How to run a plan.
@@ -194,69 +190,6 @@ impl BackendTask for Run<'_> {
                 replicas,
             },
         )
-    }
-}
-
-/// The training backend: autodiff over the mixed-precision decorator.
-pub(crate) type Ad<B> = Autodiff<MixedPrecision<B>>;
-
-/// Work generic over the optimizer type.
-pub(crate) trait OptimizerTask<B: Backend> {
-    type Output;
-    fn run<O: Optimizer<Model<Ad<B>>, Ad<B>>>(self, optim: O) -> Self::Output;
-}
-
-/// Builds the optimizer a config describes and runs `task` with it.
-pub(crate) fn with_optimizer<B: Backend, T: OptimizerTask<B>>(
-    config: OptimizerConfig,
-    task: T,
-) -> T::Output {
-    match config {
-        OptimizerConfig::Adam {
-            beta1,
-            beta2,
-            epsilon,
-            weight_decay,
-        } => task.run(
-            AdamConfig::new()
-                .with_beta_1(beta1 as f32)
-                .with_beta_2(beta2 as f32)
-                .with_epsilon(epsilon as f32)
-                .with_weight_decay(
-                    (weight_decay > 0.0).then(|| WeightDecayConfig::new(weight_decay as f32)),
-                )
-                .init(),
-        ),
-        OptimizerConfig::AdamW {
-            beta1,
-            beta2,
-            epsilon,
-            weight_decay,
-        } => task.run(
-            AdamWConfig::new()
-                .with_beta_1(beta1 as f32)
-                .with_beta_2(beta2 as f32)
-                .with_epsilon(epsilon as f32)
-                .with_weight_decay(weight_decay as f32)
-                .init(),
-        ),
-        OptimizerConfig::Sgd {
-            momentum,
-            nesterov,
-            weight_decay,
-        } => task.run(
-            SgdConfig::new()
-                .with_momentum((momentum > 0.0).then(|| {
-                    MomentumConfig::new()
-                        .with_momentum(momentum)
-                        .with_dampening(0.0)
-                        .with_nesterov(nesterov)
-                }))
-                .with_weight_decay(
-                    (weight_decay > 0.0).then(|| WeightDecayConfig::new(weight_decay as f32)),
-                )
-                .init(),
-        ),
     }
 }
 
