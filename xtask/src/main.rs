@@ -26,11 +26,20 @@ fn cargo(args: &[&str]) -> Result<(), String> {
 #[cfg(target_os = "linux")]
 fn vulkan_preflight() -> Result<(), String> {
     let install = "install it with `apt-get install -y mesa-vulkan-drivers libvulkan1` (a software driver; your GPU's Vulkan driver works too)";
-    let mut lib_dirs: Vec<std::path::PathBuf> =
-        ["/usr/lib", "/usr/lib64", "/usr/local/lib", "/lib", "/lib64"]
-            .iter()
-            .map(Into::into)
-            .collect();
+    let mut lib_dirs: Vec<std::path::PathBuf> = [
+        "/usr/lib",
+        "/usr/lib64",
+        "/usr/local/lib",
+        "/lib",
+        "/lib64",
+        "/run/opengl-driver/lib",
+    ]
+    .iter()
+    .map(Into::into)
+    .collect();
+    if let Ok(paths) = std::env::var("LD_LIBRARY_PATH") {
+        lib_dirs.extend(paths.split(':').filter(|p| !p.is_empty()).map(Into::into));
+    }
     if let Ok(entries) = std::fs::read_dir("/usr/lib") {
         lib_dirs.extend(entries.flatten().map(|e| e.path()).filter(|p| {
             p.file_name()
@@ -42,18 +51,29 @@ fn vulkan_preflight() -> Result<(), String> {
             "no Vulkan loader (libvulkan.so.1) on this machine, and the wgpu tests need one: {install}"
         ));
     }
-    let listed = ["VK_DRIVER_FILES", "VK_ICD_FILENAMES"]
+    // The loader's own search: explicit file lists first, then the ICD folders.
+    let listed = ["VK_DRIVER_FILES", "VK_ICD_FILENAMES", "VK_ADD_DRIVER_FILES"]
         .iter()
         .filter_map(|v| std::env::var(v).ok())
         .any(|files| files.split(':').any(|f| Path::new(f).exists()));
-    let mut icd_dirs: Vec<std::path::PathBuf> = vec!["/etc/vulkan/icd.d".into()];
-    let data_dirs =
-        std::env::var("XDG_DATA_DIRS").unwrap_or_else(|_| "/usr/local/share:/usr/share".into());
-    icd_dirs.extend(
-        data_dirs
-            .split(':')
-            .map(|d| Path::new(d).join("vulkan/icd.d")),
-    );
+    let mut icd_dirs: Vec<std::path::PathBuf> = vec![
+        "/etc/vulkan/icd.d".into(),
+        "/etc/xdg/vulkan/icd.d".into(),
+        "/usr/local/share/vulkan/icd.d".into(),
+        "/usr/share/vulkan/icd.d".into(),
+    ];
+    if let Ok(home) = std::env::var("HOME") {
+        icd_dirs.push(Path::new(&home).join(".local/share/vulkan/icd.d"));
+    }
+    for var in ["XDG_DATA_DIRS", "XDG_CONFIG_DIRS"] {
+        if let Ok(dirs) = std::env::var(var) {
+            icd_dirs.extend(
+                dirs.split(':')
+                    .filter(|d| !d.is_empty())
+                    .map(|d| Path::new(d).join("vulkan/icd.d")),
+            );
+        }
+    }
     let found = icd_dirs.iter().any(|d| {
         std::fs::read_dir(d).is_ok_and(|entries| {
             entries

@@ -254,12 +254,9 @@ fn two_replicas_equal_one_device_summing_the_same_two_batches_per_step() {
         );
         assert_eq!(a.skipped, if poison { 2 } else { 0 });
         assert_eq!(multi.handle.scale(), single.handle.scale());
-        for (x, y) in multi
-            .model
-            .param_data()
-            .into_iter()
-            .zip(single.model.param_data())
-        {
+        let (multi_params, single_params) = (multi.model.param_data(), single.model.param_data());
+        assert_eq!(multi_params.len(), single_params.len());
+        for (x, y) in multi_params.into_iter().zip(single_params) {
             let (x, y) = (x.to_vec::<f32>().unwrap(), y.to_vec::<f32>().unwrap());
             for (u, v) in x.iter().zip(&y) {
                 assert!(

@@ -478,6 +478,20 @@ impl Checkpoint {
             want.dtype.clone_from(&got.dtype);
         }
         same_layout(&model_layout, &expected, MODEL_FILE)?;
+        for (name, layout) in [
+            (MODEL_FILE, &model_layout),
+            (OPTIMIZER_FILE, &optimizer_layout),
+        ] {
+            if let Some(t) = layout
+                .iter()
+                .find(|t| !matches!(t.dtype.as_str(), "F64" | "F32" | "F16" | "BF16"))
+            {
+                return Err(format!(
+                    "{name}: `{}` is {}, not a float dtype",
+                    t.path, t.dtype
+                ));
+            }
+        }
         optimizer_fits(&optimizer_layout, &model_layout)?;
         for (name, bytes) in [
             (MODEL_FILE, &files.model),
@@ -734,6 +748,26 @@ where
         .map_err(|e| Error::Internal(format!("optimizer record: {e}")))?;
     let state_bytes = Recorder::<B>::record(&recorder(), state.clone(), ())
         .map_err(|e| Error::Internal(format!("run state: {e}")))?;
+    // A finite model can sit on non-finite optimizer state (an Adam moment that overflowed
+    // makes every later update 0); such a checkpoint would be refused on resume, so the run
+    // stops instead of writing it.
+    for (name, bytes) in [(MODEL_FILE, &model_bytes), (OPTIMIZER_FILE, &optim_bytes)] {
+        let bad = non_finite_tensors(bytes).map_err(Error::Internal)?;
+        if let Some((path, count)) = bad.first() {
+            return Err(Error::Diverged {
+                step: state.step,
+                reason: format!(
+                    "{count} values of `{path}` in the {} are not finite",
+                    if name == MODEL_FILE {
+                        "model"
+                    } else {
+                        "optimizer state"
+                    }
+                ),
+                last_checkpoint: None,
+            });
+        }
+    }
     let files = [
         (MODEL_FILE, model_bytes.as_slice()),
         (OPTIMIZER_FILE, optim_bytes.as_slice()),

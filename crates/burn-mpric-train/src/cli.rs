@@ -79,8 +79,9 @@ pub(crate) struct PolicyArgs {
     pub(crate) device: usize,
 }
 
-/// Runs the command line of this process and returns its exit status: 0 on success, 2 for a
-/// bad recipe or bad arguments, 1 for a failure while training. This is the `mpric` binary:
+/// Runs the command line of this process and returns its exit status: 0 on success, 2 for
+/// what it refuses (a bad recipe or arguments, a checkpoint that fails verification, an output
+/// folder another run holds), 3 for a run that diverged, 1 for other failures while training. This is the `mpric` binary:
 ///
 /// ```no_run
 /// fn main() -> std::process::ExitCode {

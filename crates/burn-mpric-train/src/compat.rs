@@ -39,7 +39,7 @@ pub(crate) fn compatible(saved: &Recipe, current: &Recipe) -> Result<(), Error> 
     match first_difference(&a, &b, String::new()) {
         None => Ok(()),
         Some((field, was, now)) => Err(Error::Resume(format!(
-            "the recipe's `{field}` is {now} but the run was started with {was}; resume with the recipe the run started with (only steps, epochs, checkpoint_every and max_consecutive_skips may change)"
+            "the recipe's `{field}` is {now} but the run was started with {was}; resume with the recipe the run started with (only steps, epochs, checkpoint_every, max_consecutive_skips and output may change)"
         ))),
     }
 }

@@ -143,6 +143,9 @@ impl Manifest {
     /// ```
     pub fn read(dir: &Path) -> Result<Self, String> {
         let path = dir.join(MANIFEST_FILE);
+        if path.exists() && !path.is_file() {
+            return Err(format!("{MANIFEST_FILE}: not a regular file"));
+        }
         let text = read_limited(&path, MAX_MANIFEST_BYTES).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 format!("{MANIFEST_FILE}: missing (an incomplete checkpoint, or one written by an older version)")

@@ -25,7 +25,8 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use burn_mpric::Policy;
+use burn::tensor::FloatDType;
+use burn_mpric::{Policy, PolicyDType};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -1135,6 +1136,15 @@ impl Recipe {
                 "must be > 0, got 0 (leave it out to checkpoint only at the end)",
             ));
         }
+        if self.policy.param() == PolicyDType::Float(FloatDType::F64) {
+            return Err(RecipeError::new(
+                "policy",
+                format!(
+                    "`{}` keeps parameters at f64, which a checkpoint cannot restore exactly (Burn 0.21's records load floats through the backend's f32 element); use f32 or half parameters",
+                    self.policy
+                ),
+            ));
+        }
         let devices = self.backend.device_list();
         if self.backend.devices.is_some() && self.backend.device != 0 {
             return Err(RecipeError::new(
@@ -1279,6 +1289,8 @@ impl Recipe {
     /// spelled.optimizer.beta1 = Some(0.9);
     /// assert_ne!(spelled, Recipe::example());
     /// assert_eq!(spelled.explicit()?, Recipe::example().explicit()?);
+    /// spelled.backend.devices = Some(vec![0]);
+    /// assert_eq!(spelled.explicit()?, Recipe::example().explicit()?);
     /// # Ok::<(), burn_mpric_train::RecipeError>(())
     /// ```
     pub fn explicit(&self) -> Result<Recipe, RecipeError> {
@@ -1349,6 +1361,13 @@ impl Recipe {
             recipe.schedule.min_lr = Some(self.schedule.min_lr.unwrap_or(0.0));
         }
         recipe.loss_scale = self.loss_scale.explicit()?;
+        // `devices = [3]` is `device = 3`; several devices train with `multi_device` unless
+        // the recipe says otherwise, and one device has no strategy.
+        let devices = self.backend.device_list();
+        recipe.backend.device = devices.first().copied().unwrap_or(0);
+        recipe.backend.devices = (devices.len() > 1).then_some(devices.clone());
+        recipe.strategy =
+            (devices.len() > 1).then(|| self.strategy.unwrap_or(Strategy::MultiDevice));
         Ok(recipe)
     }
 

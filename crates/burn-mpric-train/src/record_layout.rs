@@ -7,8 +7,9 @@
 //!
 //! The walk is generic over named MessagePack (Burn's `NamedMpk*Recorder`): a map with the
 //! keys `bytes`, `shape` and `dtype` is a tensor; a map `{id, param}` is a parameter and gives
-//! the tensor its id. Payloads are never copied, and nothing is allocated from a length the
-//! file declares (MessagePack lengths are checked against the bytes at hand).
+//! the tensor its id. Each tensor's data must be exactly as long as its shape and dtype say.
+//! Nothing is allocated from a length the file declares (MessagePack lengths are checked
+//! against the bytes at hand).
 
 use std::fmt;
 
@@ -106,11 +107,16 @@ fn walk_record(bytes: &[u8]) -> Result<Vec<(RecordTensor, u64)>, String> {
         .find_map(|(key, value)| (key == "item").then_some(value))
         .ok_or("not a Burn record (no `item`)")?;
     let mut found = Vec::new();
-    walk(&item, String::new(), None, &mut found);
+    walk(&item, String::new(), None, &mut found)?;
     Ok(found)
 }
 
-fn walk(node: &Node, path: String, id: Option<&str>, found: &mut Vec<(RecordTensor, u64)>) {
+fn walk(
+    node: &Node,
+    path: String,
+    id: Option<&str>,
+    found: &mut Vec<(RecordTensor, u64)>,
+) -> Result<(), String> {
     let join = |key: &str| {
         if path.is_empty() {
             key.to_string()
@@ -125,45 +131,67 @@ fn walk(node: &Node, path: String, id: Option<&str>, found: &mut Vec<(RecordTens
                 (get("shape"), get("dtype"), get("bytes"))
             {
                 let dtype = dtype.name();
-                let bad = match payload {
-                    Node::Bytes(bytes) => count_non_finite(bytes, &dtype),
-                    _ => 0,
+                let shape: Vec<u64> = match shape {
+                    Node::Seq(dims) => dims
+                        .iter()
+                        .map(|d| match d {
+                            Node::Int(v) => *v,
+                            _ => u64::MAX,
+                        })
+                        .collect(),
+                    _ => Vec::new(),
                 };
+                let Node::Bytes(bytes) = payload else {
+                    return Err(format!("`{path}`: its data is not a byte string"));
+                };
+                let size = element_size(&dtype).ok_or_else(|| {
+                    format!("`{path}`: dtype {dtype} is not a plain tensor dtype")
+                })?;
+                let expected = shape.iter().try_fold(size, |n, d| n.checked_mul(*d));
+                if expected != Some(bytes.len() as u64) {
+                    return Err(format!(
+                        "`{path}`: {} bytes of data for shape {shape:?} {dtype}",
+                        bytes.len()
+                    ));
+                }
+                let bad = count_non_finite(bytes, &dtype);
                 let tensor = RecordTensor {
                     path,
                     id: id.map(str::to_string),
-                    shape: match shape {
-                        Node::Seq(dims) => dims
-                            .iter()
-                            .map(|d| match d {
-                                Node::Int(v) => *v,
-                                _ => u64::MAX,
-                            })
-                            .collect(),
-                        _ => Vec::new(),
-                    },
+                    shape,
                     dtype,
                 };
                 found.push((tensor, bad));
-                return;
+                return Ok(());
             }
             if let (Some(Node::Str(param_id)), Some(param), 2) =
                 (get("id"), get("param"), entries.len())
             {
-                walk(param, path, Some(param_id), found);
-                return;
+                return walk(param, path, Some(param_id), found);
             }
             for (key, value) in entries {
-                walk(value, join(key), id, found);
+                walk(value, join(key), id, found)?;
             }
         }
         Node::Seq(items) => {
             for (i, item) in items.iter().enumerate() {
-                walk(item, join(&i.to_string()), id, found);
+                walk(item, join(&i.to_string()), id, found)?;
             }
         }
         _ => {}
     }
+    Ok(())
+}
+
+/// Bytes per element of a Burn dtype, for the dtypes a record of plain tensors holds.
+fn element_size(dtype: &str) -> Option<u64> {
+    Some(match dtype {
+        "F64" | "I64" | "U64" => 8,
+        "F32" | "Flex32" | "I32" | "U32" => 4,
+        "F16" | "BF16" | "I16" | "U16" => 2,
+        "I8" | "U8" | "Bool" => 1,
+        _ => return None,
+    })
 }
 
 /// Non-finite elements of a little-endian float payload of `dtype` (Burn's names).

@@ -242,7 +242,7 @@ fn forward_backward<B: Backend>(
     let shards = shard(items, replicas.len());
     let mut accumulator = GradientsAccumulator::<Model<Ad<B>>>::new();
     let mut losses = Vec::with_capacity(shards.len());
-    let mut correct: Option<i64> = None;
+    let mut correct: Vec<Tensor<Ad<B>, 1, burn::tensor::Int>> = Vec::new();
     for (shard, device) in shards.into_iter().zip(replicas) {
         let replica = model.clone().fork(device);
         let out = replica.forward(plan.data.batch::<Ad<B>>(false, shard, device))?;
@@ -251,14 +251,14 @@ fn forward_backward<B: Backend>(
         let grads = GradientsParams::from_grads(scaled.backward(), &replica);
         accumulator.accumulate(model, grads.to_device(main, model));
         losses.push(scaled.detach().to_device(main));
-        if let Some(c) = read_correct(out.correct) {
-            correct = Some(correct.unwrap_or(0) + c);
-        }
+        // Summed on the main device and read once, so that no replica waits for another.
+        correct.extend(out.correct.map(|c| c.to_device(main)));
     }
+    let correct = (!correct.is_empty()).then(|| Tensor::cat(correct, 0).sum());
     Ok(StepGrads {
         grads: accumulator.grads(),
         scaled_loss: Tensor::cat(losses, 0).sum(),
-        correct,
+        correct: read_correct(correct),
     })
 }
 
@@ -410,7 +410,14 @@ where
                 steps: rows.clone(),
                 eval: evals.clone(),
             };
-            checkpoint::save(output, &model, &optim, &state, policy.param())?;
+            match checkpoint::save(output, &model, &optim, &state, policy.param()) {
+                Err(Error::Diverged { step, reason, .. }) => {
+                    bar.finish_and_clear();
+                    write_reports(plan, policy, &rows, &evals, &title)?;
+                    return Err(diverged(step, reason, last_checkpoint));
+                }
+                other => other?,
+            };
             last_checkpoint = Some(step);
             write_reports(plan, policy, &rows, &evals, &title)?;
             let line = checkpoint_line(step, total, &rows, until_eval.as_ref().or(evals.last()));

@@ -78,6 +78,16 @@ fn cases() -> Vec<Case> {
             expect: &["optimizer.weight_decay", "must be in [0, 1]"],
         },
         Case {
+            name: "f64 parameters",
+            recipe: edit("seed = 3", "seed = 3\npolicy = \"p=f64,c=f64,o=f64\""),
+            args: &[],
+            expect: &[
+                "policy",
+                "keeps parameters at f64",
+                "use f32 or half parameters",
+            ],
+        },
+        Case {
             name: "zero skipped-step limit",
             recipe: edit("seed = 3", "seed = 3\nmax_consecutive_skips = 0"),
             args: &[],
