@@ -121,8 +121,8 @@ pub struct CastRow {
     pub casts_per_step: usize,
     /// Casts by source dtype (`F32: 11, F16: 7`).
     pub casts_by_source: BTreeMap<String, usize>,
-    /// Casts the replay performs (the same tensors as the step casts: shapes derived from the
-    /// MLP), to compare with `casts_per_step`.
+    /// Casts the replay performs (those of a recorded step, on tensors of the same dtypes and
+    /// sizes), to compare with `casts_per_step`.
     pub replayed_casts: usize,
     /// Median milliseconds of the replayed casts alone, on the bare backend.
     pub casts_ms: Option<f64>,
@@ -442,7 +442,7 @@ fn loss_scaler<I: Backend>(setup: &Setup<I>) -> Vec<Row> {
                 count_ops::<I>(&setup.device, variant, &plain),
                 count_ops::<I>(&setup.device, variant, &scaled),
             ) {
-                (Some((a, ..)), Some((b, ..))) => format!(" ({a} -> {b} ops per step)"),
+                (Some(a), Some(b)) => format!(" ({} -> {} ops per step)", a.ops, b.ops),
                 _ => String::new(),
             };
             with.note = Some(format!(
@@ -455,41 +455,28 @@ fn loss_scaler<I: Backend>(setup: &Setup<I>) -> Vec<Row> {
     rows
 }
 
-/// The casts of one MLP training step under a mixed policy, on the bare backend: the same
-/// tensors the decorator casts (forward: the input, every weight and bias, the prediction
-/// back to f32; backward: the loss gradient, the weights of layers 2.., the input again;
-/// then every gradient back to the param dtype).
+/// The casts of one MLP training step under a mixed policy, replayed on the bare backend: the
+/// `float_cast` calls the decorator made in a recorded step (see [`count_ops`]), each on a
+/// tensor of the same dtype and element count, to the other dtype of the policy (a mixed
+/// policy casts between f32 and its half dtype only).
 struct CastReplay<I: Backend> {
-    casts: Vec<(Tensor<I, 2>, FloatDType)>,
+    casts: Vec<(Tensor<I, 1>, FloatDType)>,
     device: I::Device,
 }
 
 impl<I: Backend> CastReplay<I> {
-    fn new(batch: usize, dims: &[usize], half: FloatDType, device: &I::Device) -> Self {
-        let f32_to_half = |shape: [usize; 2]| (Tensor::<I, 2>::ones(shape, device), half);
-        let half_to_f32 = |shape: [usize; 2]| {
-            (
-                Tensor::<I, 2>::ones(shape, device).cast(half),
-                FloatDType::F32,
-            )
-        };
-        let layers: Vec<[usize; 2]> = dims.windows(2).map(|w| [w[0], w[1]]).collect();
-        let (d_in, d_out) = (dims[0], *dims.last().expect("dims"));
-        let mut casts = vec![f32_to_half([batch, d_in])];
-        for [a, b] in &layers {
-            casts.push(f32_to_half([*a, *b]));
-            casts.push(f32_to_half([1, *b]));
-        }
-        casts.push(half_to_f32([batch, d_out]));
-        casts.push(f32_to_half([batch, d_out]));
-        for [a, b] in layers.iter().skip(1).rev() {
-            casts.push(f32_to_half([*a, *b]));
-        }
-        casts.push(f32_to_half([batch, d_in]));
-        for [a, b] in &layers {
-            casts.push(half_to_f32([*a, *b]));
-            casts.push(half_to_f32([1, *b]));
-        }
+    fn new(recorded: &[(DType, usize)], half: FloatDType, device: &I::Device) -> Self {
+        let casts = recorded
+            .iter()
+            .map(|(source, numel)| {
+                let ones = Tensor::<I, 1>::ones([*numel], device);
+                if *source == DType::F32 {
+                    (ones, half)
+                } else {
+                    (ones.cast(half), FloatDType::F32)
+                }
+            })
+            .collect();
         Self {
             casts,
             device: device.clone(),
@@ -499,7 +486,7 @@ impl<I: Backend> CastReplay<I> {
 
 impl<I: Backend> Case for CastReplay<I> {
     fn step(&mut self) {
-        let out: Vec<Tensor<I, 2>> = self
+        let out: Vec<Tensor<I, 1>> = self
             .casts
             .iter()
             .map(|(t, dtype)| t.clone().cast(*dtype))
@@ -517,13 +504,25 @@ fn dtype_name(dtype: DType) -> String {
     format!("{dtype:?}")
 }
 
-/// Counts the ops of one step under `Instrumented` (what the decorator hands to the backend
-/// below it), and the `float_cast` calls among them, by source dtype.
-fn count_ops<I: Backend>(
-    device: &I::Device,
-    variant: Variant,
-    spec: &Spec,
-) -> Option<(usize, usize, BTreeMap<String, usize>)> {
+/// The ops of one step under `Instrumented` (what the decorator hands to the backend below it).
+struct OpCount {
+    ops: usize,
+    /// The `float_cast` calls among them: source dtype and element count.
+    casts: Vec<(DType, usize)>,
+}
+
+impl OpCount {
+    fn casts_by_source(&self) -> BTreeMap<String, usize> {
+        let mut by_source = BTreeMap::new();
+        for (dtype, _) in &self.casts {
+            *by_source.entry(dtype_name(*dtype)).or_insert(0) += 1;
+        }
+        by_source
+    }
+}
+
+/// Counts the ops of one step of `variant`.
+fn count_ops<I: Backend>(device: &I::Device, variant: Variant, spec: &Spec) -> Option<OpCount> {
     let mut case = match variant.policy() {
         None => workloads::build::<Autodiff<Instrumented<I>>>(spec, variant.storage(), device),
         Some(policy) => {
@@ -533,20 +532,19 @@ fn count_ops<I: Backend>(
     };
     case.step();
     let ((), ops) = record(|| case.step());
-    let mut by_source = BTreeMap::new();
-    let mut casts = 0;
-    for op in ops.iter().filter(|op| op.op == "float_cast") {
-        casts += 1;
-        for dtype in &op.float_inputs {
-            *by_source.entry(dtype_name(*dtype)).or_insert(0) += 1;
-        }
-    }
-    Some((ops.len(), casts, by_source))
+    let casts = ops
+        .iter()
+        .filter(|op| op.op == "float_cast")
+        .map(|op| (op.float_inputs[0], op.float_shapes[0].iter().product()))
+        .collect();
+    Some(OpCount {
+        ops: ops.len(),
+        casts,
+    })
 }
 
 fn cast_overhead<I: Backend>(setup: &Setup<I>) -> (Vec<Row>, Vec<CastRow>) {
     let spec = mlp_spec(&setup.sizes, false);
-    let (batch, dims) = setup.sizes.mlp.clone();
     let mut prepared: Vec<Prepared> = Variant::ALL
         .iter()
         .map(|v| prepare::<I>(&setup.device, *v, &spec, ""))
@@ -564,12 +562,12 @@ fn cast_overhead<I: Backend>(setup: &Setup<I>) -> (Vec<Row>, Vec<CastRow>) {
             continue;
         }
         let device = setup.device.clone();
-        let dims2 = dims.clone();
+        let recorded = count_ops::<I>(&setup.device, v, &spec).map_or_else(Vec::new, |c| c.casts);
         prepared.push(Prepared {
             variant: format!("casts alone ({})", v.name()),
             policy: v.policy().map(|p| p.to_string()),
             factory: Ok(Box::new(move || {
-                Box::new(CastReplay::<I>::new(batch, &dims2, half, &device))
+                Box::new(CastReplay::<I>::new(&recorded, half, &device))
             })),
             has_output: false,
             note: None,
@@ -587,22 +585,21 @@ fn cast_overhead<I: Backend>(setup: &Setup<I>) -> (Vec<Row>, Vec<CastRow>) {
             .iter()
             .find(|r| r.variant == format!("casts alone ({})", v.name()))
             .and_then(|r| r.result.as_ref().ok().map(|m| m.median_ms));
-        let Some((ops, casts, by_source)) = count_ops::<I>(&setup.device, v, &spec) else {
+        let Some(count) = count_ops::<I>(&setup.device, v, &spec) else {
             continue;
         };
-        let replayed_casts = match v.half() {
-            Some(half) => CastReplay::<I>::new(batch, &dims, half, &setup.device)
-                .casts
-                .len(),
-            None => 0,
+        let replayed_casts = if v.half().is_some() {
+            count.casts.len()
+        } else {
+            0
         };
         cast_rows.push(CastRow {
             backend: setup.name.to_string(),
             size: spec.label(),
             variant: v.name().to_string(),
-            ops_per_step: ops,
-            casts_per_step: casts,
-            casts_by_source: by_source,
+            ops_per_step: count.ops,
+            casts_per_step: count.casts.len(),
+            casts_by_source: count.casts_by_source(),
             replayed_casts,
             casts_ms: if v.half().is_some() {
                 casts_ms

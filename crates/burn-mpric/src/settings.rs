@@ -25,6 +25,7 @@ use crate::{Policy, PolicyError};
 pub struct PrecisionSettings {
     policy: Policy,
     pure: bool,
+    full_precision_softmax: bool,
     overrides: Vec<(Op, OpCategory)>,
 }
 
@@ -40,6 +41,7 @@ impl PrecisionSettings {
         Self {
             policy,
             pure: false,
+            full_precision_softmax: false,
             overrides: Vec::new(),
         }
     }
@@ -70,6 +72,36 @@ impl PrecisionSettings {
     /// ```
     pub fn pure(mut self) -> Self {
         self.pure = true;
+        self
+    }
+
+    /// Keeps the softmax's exponentials and probabilities at f32, as PyTorch's unfused
+    /// autocast does. By default, under a policy that lowers, they are computed at f32 and
+    /// *stored* at the compute dtype: they lie in [0, 1], where the compute dtype has the
+    /// range, and autodiff keeps both for backward, so at f32 they dominate a transformer's
+    /// activation memory (fused attention kernels store them at the compute dtype too). The
+    /// sums and the log-sum-exp of `log_softmax` stay f32 either way.
+    ///
+    /// ```
+    /// use burn::backend::Flex;
+    /// use burn::tensor::{DType, Tensor};
+    /// use burn::tensor::activation::softmax;
+    /// use burn_mpric::{MixedPrecision, Policy, PrecisionSettings};
+    ///
+    /// type B = MixedPrecision<Flex>;
+    /// let policy: Policy = "mixed_bf16".parse().unwrap();
+    /// let stored = B::device(Default::default(), PrecisionSettings::new(policy)).unwrap();
+    /// let full = B::device(
+    ///     Default::default(),
+    ///     PrecisionSettings::new(policy).full_precision_softmax(),
+    /// )
+    /// .unwrap();
+    /// let scores = |device| Tensor::<B, 2>::ones([2, 3], device).cast(burn::tensor::FloatDType::BF16);
+    /// assert_eq!(softmax(scores(&stored), 1).dtype(), DType::BF16);
+    /// assert_eq!(softmax(scores(&full), 1).dtype(), DType::F32);
+    /// ```
+    pub fn full_precision_softmax(mut self) -> Self {
+        self.full_precision_softmax = true;
         self
     }
 
@@ -267,6 +299,18 @@ impl Resolved {
     /// get cast to the compute dtype, and a cast cache pays).
     pub(crate) fn lowers(&self) -> bool {
         self.compute != self.param
+    }
+
+    /// Whether `op`, given a compute-dtype `input` and a result known to fit the compute
+    /// dtype's range, stores that result at the compute dtype (`ops/softmax.rs`; see
+    /// [`PrecisionSettings::full_precision_softmax`]): only under a lowering policy, with the
+    /// op in its default category, outside a [`full_precision`] scope.
+    pub(crate) fn stores_bounded_at_compute(&self, op: Op, input: FloatDType) -> bool {
+        self.lowers()
+            && !self.settings.full_precision_softmax
+            && input == self.compute
+            && self.categories[op.index()] == op.default_category()
+            && !in_full_precision_scope()
     }
 
     fn precision_key(&self) -> [u8; 3] {

@@ -3,7 +3,7 @@
 
 use burn_backend::quantization::{QuantPropagation, QuantScheme};
 use std::cell::Cell;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 
 use burn::tensor::FloatDType;
 use burn_backend::{Backend, DType, QTensorPrimitive, Shape, TensorMetadata};
@@ -51,18 +51,84 @@ macro_rules! primitive {
 pub struct MpFloat<B: Backend> {
     pub(crate) inner: B::FloatTensorPrimitive,
     pub(crate) precision: Precision,
-    compute_cast: Option<Arc<OnceLock<B::FloatTensorPrimitive>>>,
+    value: Option<Arc<Value<B>>>,
+}
+
+/// What the clones of one tensor value share under a lowering policy: its cast to the compute
+/// dtype and what is known of its range. The `Arc` is also the value's identity.
+#[derive(Debug)]
+pub(crate) struct Value<B: Backend> {
+    compute_cast: OnceLock<B::FloatTensorPrimitive>,
+    pub(crate) fact: Fact<B>,
+}
+
+/// What the decorator knows of a value's elements from the op that made it, so that the pieces
+/// of a softmax can be stored at the compute dtype (see `ops/softmax.rs`).
+#[derive(Debug)]
+pub(crate) enum Fact<B: Backend> {
+    /// Nothing.
+    None,
+    /// `max_dim(of, dim)`.
+    MaxOf { of: ValueId<B>, dim: usize },
+    /// `x - max_dim(x, dim)`: every element is at most 0.
+    NonPositive { dim: usize },
+    /// Every element is in [0, 1] (up to rounding); `sum` is its f32 sum along a dim, made
+    /// before the value was rounded to the compute dtype.
+    UnitInterval {
+        sum: Option<(usize, B::FloatTensorPrimitive)>,
+    },
+    /// `sum_dim(of, _)` of a value in [0, 1].
+    SumOf { of: ValueId<B> },
+}
+
+/// A value's identity that does not keep its tensors alive (and whose address cannot be
+/// reused while it exists).
+#[derive(Debug)]
+pub(crate) struct ValueId<B: Backend>(Weak<Value<B>>);
+
+impl<B: Backend> ValueId<B> {
+    pub(crate) fn is(&self, tensor: &MpFloat<B>) -> bool {
+        tensor
+            .value
+            .as_ref()
+            .is_some_and(|v| core::ptr::eq(Arc::as_ptr(v), self.0.as_ptr()))
+    }
 }
 
 impl<B: Backend> MpFloat<B> {
     pub(crate) fn new(inner: B::FloatTensorPrimitive, precision: Precision) -> Self {
-        // Only policies that lower need a cache: the identity path stays allocation-free.
-        let compute_cast = precision.0.lowers().then(|| Arc::new(OnceLock::new()));
+        Self::with_fact(inner, precision, Fact::None)
+    }
+
+    /// A new value whose elements are known to satisfy `fact` (dropped where the policy
+    /// does not lower: nothing reads it there).
+    pub(crate) fn with_fact(
+        inner: B::FloatTensorPrimitive,
+        precision: Precision,
+        fact: Fact<B>,
+    ) -> Self {
+        // Only policies that lower need a value cell: the identity path stays allocation-free.
+        let value = precision.0.lowers().then(|| {
+            Arc::new(Value {
+                compute_cast: OnceLock::new(),
+                fact,
+            })
+        });
         Self {
             inner,
             precision,
-            compute_cast,
+            value,
         }
+    }
+
+    /// What is known of this value's elements (nothing where the policy does not lower).
+    pub(crate) fn fact(&self) -> Option<&Fact<B>> {
+        self.value.as_ref().map(|v| &v.fact)
+    }
+
+    /// This value's identity, where the policy lowers.
+    pub(crate) fn id(&self) -> Option<ValueId<B>> {
+        self.value.as_ref().map(|v| ValueId(Arc::downgrade(v)))
     }
 
     /// This value at `target` (another dtype than its own): with `cached` and `target` the
@@ -72,20 +138,26 @@ impl<B: Backend> MpFloat<B> {
         let MpFloat {
             inner,
             precision,
-            compute_cast,
+            value,
         } = self;
-        let cast = |inner| {
-            CASTS_MADE.with(|n| n.set(n.get() + 1));
-            B::float_cast(inner, target)
-        };
-        let inner = match compute_cast {
-            Some(cache) if cached && target == precision.0.compute => {
-                cache.get_or_init(|| cast(inner)).clone()
-            }
-            _ => cast(inner),
+        let inner = match value {
+            Some(value) if cached && target == precision.0.compute => value
+                .compute_cast
+                .get_or_init(|| counted_cast::<B>(inner, target))
+                .clone(),
+            _ => counted_cast::<B>(inner, target),
         };
         Self::new(inner, precision)
     }
+}
+
+/// `B::float_cast`, counted by [`casts_made`].
+pub(crate) fn counted_cast<B: Backend>(
+    inner: B::FloatTensorPrimitive,
+    target: FloatDType,
+) -> B::FloatTensorPrimitive {
+    CASTS_MADE.with(|n| n.set(n.get() + 1));
+    B::float_cast(inner, target)
 }
 
 impl<B: Backend> TensorMetadata for MpFloat<B> {

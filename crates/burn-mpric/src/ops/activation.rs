@@ -23,9 +23,9 @@ macro_rules! activation_op_list {
             fn hard_sigmoid(tensor: FloatTensor<Self>, alpha: Scalar, beta: Scalar) -> FloatTensor<Self> => cat Unary;
             fn log_sigmoid(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat LogSigmoid;
             fn log_sigmoid_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> => cat LogSigmoidBackward;
-            fn softmax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => cat Softmax;
+            fn softmax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => bounded Softmax;
             fn log_softmax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => cat LogSoftmax;
-            fn softmin(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => cat Softmin;
+            fn softmin(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => bounded Softmin;
         }
     };
 }

@@ -4,22 +4,30 @@
 /// Implements the listed ops by forwarding to the inner backend `B`.
 ///
 /// `=> cat Op;` casts the float inputs as the op table says for `Op`;
-/// `=> plain;` forwards without casting (view, index, int and bool ops).
+/// `=> plain;` forwards without casting (view, index, int and bool ops);
+/// `=> bounded [Op];` is the function of the same name in `ops/softmax.rs`, which follows the
+/// softmax's pieces (the op table's rule, plus what it knows of their range).
 macro_rules! forward_ops {
     ($( fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) -> $ret:ty => $kind:ident $($op:ident)? ; )*) => {$(
         fn $name($($arg: $ty),*) -> $ret {
-            let precision: $crate::settings::Precision = None
-                $(.into_iter().chain($crate::ops::args::Arg::<B>::precision(&$arg)))*
-                .reduce($crate::settings::Precision::preferred)
-                .cloned()
-                .expect("every decorated op has a tensor or device argument");
-            $crate::ops::forward::forward_ops!(@cast $kind $($op)? ; precision ; $($arg),*);
-            <$ret as $crate::ops::args::Output<B>>::wrap(
-                B::$name($($crate::ops::args::Arg::<B>::into_inner($arg)),*),
-                &precision,
-            )
+            $crate::ops::forward::forward_ops!(@body $kind $($op)? ; $name ; $ret ; $($arg),*)
         }
     )*};
+    (@body bounded $($op:ident)? ; $name:ident ; $ret:ty ; $($arg:ident),*) => {
+        $crate::ops::softmax::$name::<B>($($arg),*)
+    };
+    (@body $kind:ident $($op:ident)? ; $name:ident ; $ret:ty ; $($arg:ident),*) => {{
+        let precision: $crate::settings::Precision = None
+            $(.into_iter().chain($crate::ops::args::Arg::<B>::precision(&$arg)))*
+            .reduce($crate::settings::Precision::preferred)
+            .cloned()
+            .expect("every decorated op has a tensor or device argument");
+        $crate::ops::forward::forward_ops!(@cast $kind $($op)? ; precision ; $($arg),*);
+        <$ret as $crate::ops::args::Output<B>>::wrap(
+            B::$name($($crate::ops::args::Arg::<B>::into_inner($arg)),*),
+            &precision,
+        )
+    }};
     (@cast plain ; $precision:ident ; $($arg:ident),*) => {};
     (@cast cat $op:ident ; $precision:ident ; $($arg:ident),*) => {
         let mut inputs = $crate::settings::InputDTypes::default();

@@ -9,5 +9,6 @@ pub(crate) mod forward;
 pub(crate) mod int_tensor;
 pub(crate) mod module;
 pub(crate) mod qtensor;
+pub(crate) mod softmax;
 pub(crate) mod tensor;
 mod transaction;

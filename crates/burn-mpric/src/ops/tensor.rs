@@ -49,9 +49,9 @@ macro_rules! float_op_list {
             fn float_repeat_dim(tensor: FloatTensor<Self>, dim: usize, times: usize) -> FloatTensor<Self> => plain;
 
             fn float_add(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> => cat Add;
-            fn float_sub(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> => cat Sub;
+            fn float_sub(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> => bounded Sub;
             fn float_mul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> => cat Mul;
-            fn float_div(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> => cat Div;
+            fn float_div(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> => bounded Div;
             fn float_remainder(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> => cat Remainder;
             fn float_add_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> => cat Unary;
             fn float_sub_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> => cat Unary;
@@ -99,7 +99,7 @@ macro_rules! float_op_list {
             fn float_lower_equal_elem(lhs: FloatTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self> => plain;
 
             fn float_sum(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Sum;
-            fn float_sum_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => cat SumDim;
+            fn float_sum_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => bounded SumDim;
             fn float_mean(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Mean;
             fn float_mean_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => cat MeanDim;
             fn float_prod(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Prod;
@@ -109,7 +109,7 @@ macro_rules! float_op_list {
             fn float_cummin(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => plain;
             fn float_cummax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => plain;
 
-            fn float_exp(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Exp;
+            fn float_exp(tensor: FloatTensor<Self>) -> FloatTensor<Self> => bounded Exp;
             fn float_log(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Log;
             fn float_log1p(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Log1p;
             fn float_powf(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> => cat Powf;
@@ -144,8 +144,8 @@ macro_rules! float_op_list {
             fn float_argmin(tensor: FloatTensor<Self>, dim: usize, out_dtype: IntDType) -> IntTensor<Self> => plain;
             fn float_argtopk(tensor: FloatTensor<Self>, dim: usize, k: usize, out_dtype: IntDType) -> IntTensor<Self> => plain;
             fn float_max(tensor: FloatTensor<Self>) -> FloatTensor<Self> => plain;
-            fn float_max_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => plain;
-            fn float_max_dim_with_indices(tensor: FloatTensor<Self>, dim: usize, indices_dtype: IntDType) -> (FloatTensor<Self>, IntTensor<Self>) => plain;
+            fn float_max_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => bounded;
+            fn float_max_dim_with_indices(tensor: FloatTensor<Self>, dim: usize, indices_dtype: IntDType) -> (FloatTensor<Self>, IntTensor<Self>) => bounded;
             fn float_min(tensor: FloatTensor<Self>) -> FloatTensor<Self> => plain;
             fn float_min_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => plain;
             fn float_min_dim_with_indices(tensor: FloatTensor<Self>, dim: usize, indices_dtype: IntDType) -> (FloatTensor<Self>, IntTensor<Self>) => plain;

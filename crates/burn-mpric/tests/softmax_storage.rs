@@ -1,0 +1,234 @@
+//! The softmax's exponentials and probabilities are computed at f32 and stored at the compute
+//! dtype (they lie in [0, 1]); the sums and the log-sum-exp stay f32; nothing outside the
+//! pattern changes. Checked on the inner ops each call hands down, and on the numbers.
+
+use burn::backend::{Autodiff, Flex};
+use burn::nn::attention::{MhaInput, MultiHeadAttentionConfig};
+use burn::tensor::activation::{log_softmax, softmax};
+use burn::tensor::backend::Backend;
+use burn::tensor::{DType, Distribution, FloatDType, Tensor, TensorData};
+use burn_mpric::instrument::{Instrumented, OpRecord, record};
+use burn_mpric::{MixedPrecision, MpDevice, Policy, PrecisionSettings, full_precision};
+
+type Inner = Instrumented<Flex>;
+type Mp = MixedPrecision<Inner>;
+type Ad = Autodiff<Mp>;
+
+fn settings(policy: &str) -> PrecisionSettings {
+    PrecisionSettings::new(policy.parse::<Policy>().unwrap())
+}
+
+fn device(settings: PrecisionSettings) -> MpDevice<Inner> {
+    Mp::device(Default::default(), settings).unwrap()
+}
+
+/// Scores spread like attention logits, at the compute dtype as a matmul leaves them.
+fn scores(device: &MpDevice<Inner>, half: FloatDType) -> Tensor<Ad, 3> {
+    let values: Vec<f32> = (0..2 * 5 * 7)
+        .map(|i| ((i * 37 % 23) as f32 - 11.0) * 0.45)
+        .collect();
+    Tensor::<Ad, 3>::from_data(TensorData::new(values, [2, 5, 7]), device).cast(half)
+}
+
+fn to_f32<const D: usize>(t: Tensor<Ad, D>) -> Vec<f32> {
+    t.cast(FloatDType::F32).into_data().to_vec::<f32>().unwrap()
+}
+
+fn calls<'a>(log: &'a [OpRecord], op: &str) -> Vec<&'a OpRecord> {
+    log.iter().filter(|r| r.op == op).collect()
+}
+
+#[test]
+fn probabilities_and_exponentials_are_stored_at_the_compute_dtype() {
+    for (policy, half) in [
+        ("mixed_f16", FloatDType::F16),
+        ("mixed_bf16", FloatDType::BF16),
+    ] {
+        let device = device(settings(policy));
+        let x = scores(&device, half).require_grad();
+        let (p, log) = record(|| softmax(x.clone(), 2));
+        assert_eq!(p.dtype(), DType::from(half), "{policy}");
+        let half = DType::from(half);
+        // exp and the sum ran at f32 ...
+        let exp = calls(&log, "float_exp");
+        assert_eq!(exp.len(), 1);
+        assert_eq!(exp[0].float_inputs, vec![DType::F32]);
+        let sums = calls(&log, "float_sum_dim");
+        assert_eq!(sums.len(), 1, "the sum is taken once, beside exp");
+        assert_eq!(sums[0].float_inputs, vec![DType::F32]);
+        // ... the division saw the stored exponentials and the sum, both at the compute dtype.
+        let div = calls(&log, "float_div");
+        assert_eq!(div.len(), 1);
+        assert_eq!(div[0].float_inputs, vec![half, half]);
+        // Casts: the scores up for exp, the exponentials down, the [2, 5, 1] sum down.
+        let casts: Vec<_> = calls(&log, "float_cast")
+            .iter()
+            .map(|r| (r.float_inputs[0], r.float_shapes[0].clone()))
+            .collect();
+        assert_eq!(
+            casts,
+            vec![
+                (half, vec![2, 5, 7]),
+                (DType::F32, vec![2, 5, 7]),
+                (DType::F32, vec![2, 5, 1]),
+            ]
+        );
+        // A matmul after it needs no cast of the probabilities.
+        let v = Tensor::<Ad, 3>::ones([2, 7, 3], &device);
+        let (_, log) = record(|| p.clone().matmul(v.clone()));
+        assert!(
+            calls(&log, "float_cast")
+                .iter()
+                .all(|r| r.float_shapes[0] != [2, 5, 7])
+        );
+        // Backward runs (and keeps the inner ops' dtypes consistent).
+        let (grads, log) = record(|| {
+            (p * Tensor::<Ad, 3>::ones([2, 5, 7], &device))
+                .sum()
+                .backward()
+        });
+        for r in &log {
+            if let Some(first) = r.float_inputs.first() {
+                assert!(
+                    r.float_inputs.iter().all(|d| d == first),
+                    "{} got {:?}",
+                    r.op,
+                    r.float_inputs
+                );
+            }
+        }
+        assert!(x.grad(&grads).is_some());
+    }
+}
+
+#[test]
+fn softmax_values_and_gradients_match_f32_within_half_rounding() {
+    let reference = device(settings("f32"));
+    let weights = TensorData::new(
+        (0..2 * 5 * 7)
+            .map(|i| ((i * 13 % 17) as f32 - 8.0) * 0.1)
+            .collect::<Vec<_>>(),
+        [2, 5, 7],
+    );
+    let run = |device: &MpDevice<Inner>, half: FloatDType| {
+        let x = scores(device, half).cast(FloatDType::F32).require_grad();
+        let w = Tensor::<Ad, 3>::from_data(weights.clone(), device);
+        let p = softmax(x.clone().cast(half), 2);
+        let loss = (p.clone().cast(FloatDType::F32) * w).sum();
+        let grads = loss.backward();
+        let grad = x.grad(&grads).unwrap().cast(FloatDType::F32);
+        (to_f32(p), grad.into_data().to_vec::<f32>().unwrap())
+    };
+    for (policy, half, tol) in [
+        ("mixed_f16", FloatDType::F16, 2e-3),
+        ("mixed_bf16", FloatDType::BF16, 1.6e-2),
+    ] {
+        // The f32 reference sees the same half-rounded scores.
+        let (ref_p, ref_g) = run(&reference, half);
+        let (p, g) = run(&device(settings(policy)), half);
+        for (a, b) in p.iter().zip(&ref_p) {
+            assert!((a - b).abs() <= tol * b.max(1e-3), "{policy}: p {a} vs {b}");
+        }
+        for row in p.chunks(7) {
+            let sum: f32 = row.iter().sum();
+            assert!(
+                (sum - 1.0).abs() <= 4.0 * tol,
+                "{policy}: row sums to {sum}"
+            );
+        }
+        let scale = ref_g.iter().fold(0f32, |m, v| m.max(v.abs()));
+        for (a, b) in g.iter().zip(&ref_g) {
+            assert!(
+                (a - b).abs() <= 4.0 * tol * scale,
+                "{policy}: grad {a} vs {b}"
+            );
+        }
+    }
+}
+
+#[test]
+fn log_softmax_is_unchanged_by_the_storage_rule() {
+    for (policy, half) in [
+        ("mixed_f16", FloatDType::F16),
+        ("mixed_bf16", FloatDType::BF16),
+    ] {
+        let stored = device(settings(policy));
+        let full = device(settings(policy).full_precision_softmax());
+        let a = log_softmax(scores(&stored, half), 2);
+        let b = log_softmax(scores(&full, half), 2);
+        assert_eq!(a.dtype(), DType::F32);
+        // The log-sum-exp uses the f32 sum of the f32 exponentials either way.
+        assert_eq!(to_f32(a), to_f32(b), "{policy}");
+    }
+}
+
+#[test]
+fn values_outside_the_pattern_keep_the_op_table_rules() {
+    let device = device(settings("mixed_f16"));
+    // exp of an unshifted input: e^20 does not fit f16, so it stays f32 and finite.
+    let x = Tensor::<Ad, 1>::from_floats([20.0, 1.0], &device).cast(FloatDType::F16);
+    let e = x.clone().exp();
+    assert_eq!(e.dtype(), DType::F32);
+    assert!(to_f32(e.clone()).iter().all(|v| v.is_finite()));
+    // x minus the max of another tensor is not known to be <= 0.
+    let y = Tensor::<Ad, 1>::from_floats([0.0, -1.0], &device).cast(FloatDType::F16);
+    assert_eq!((x.clone() - y.max_dim(0)).exp().dtype(), DType::F32);
+    // Exponentials divided by the sum of other exponentials may exceed 1: f32.
+    let shifted = |t: Tensor<Ad, 1>| t.clone() - t.max_dim(0);
+    let a = shifted(x.clone()).exp();
+    let b =
+        shifted(Tensor::<Ad, 1>::from_floats([0.0, -30.0], &device).cast(FloatDType::F16)).exp();
+    assert_eq!(a.clone().dtype(), DType::F16);
+    assert_eq!((a.clone() / b.sum_dim(0)).dtype(), DType::F32);
+    assert_eq!((a.clone() / a.clone().sum_dim(0)).dtype(), DType::F16);
+    // Turned off: per settings, and inside a full-precision scope.
+    let off = self::device(settings("mixed_f16").full_precision_softmax());
+    let z = scores(&off, FloatDType::F16);
+    assert_eq!(softmax(z.clone(), 2).dtype(), DType::F32);
+    let on = scores(&device, FloatDType::F16);
+    assert_eq!(
+        full_precision(|| softmax(on.clone(), 2)).dtype(),
+        DType::F32
+    );
+    assert_eq!(softmax(on, 2).dtype(), DType::F16);
+}
+
+#[test]
+fn a_direct_softmax_call_is_stored_at_the_compute_dtype() {
+    // Without autodiff, the backend's own softmax runs at f32 and its result is stored low.
+    let device = device(settings("mixed_f16"));
+    let x = Tensor::<Mp, 2>::random([4, 9], Distribution::Normal(0.0, 3.0), &device)
+        .cast(FloatDType::F16);
+    let (p, log) = record(|| softmax(x.clone(), 1));
+    assert_eq!(p.dtype(), DType::F16);
+    assert_eq!(calls(&log, "softmax")[0].float_inputs, vec![DType::F32]);
+    let want = softmax(x.cast(FloatDType::F32), 1);
+    let (p, want) = (
+        p.into_data().to_vec::<f32>().unwrap(),
+        want.into_data().to_vec::<f32>().unwrap(),
+    );
+    for (a, b) in p.iter().zip(&want) {
+        assert!((a - b).abs() <= 1e-3 * b.max(1e-3), "{a} vs {b}");
+    }
+}
+
+#[test]
+fn attention_saves_its_probabilities_at_the_compute_dtype() {
+    let device = device(settings("mixed_f16"));
+    let mha = MultiHeadAttentionConfig::new(8, 2).init::<Ad>(&device);
+    <Ad as Backend>::seed(&device, 3);
+    let x = Tensor::<Ad, 3>::random([2, 6, 8], Distribution::Normal(0.0, 1.0), &device);
+    let (out, log) = record(|| mha.forward(MhaInput::self_attn(x.clone())));
+    // The probabilities ([2, 2, 6, 6]) reach the value matmul at f16 with no cast of their own:
+    // the only f32 values of that shape are the exponentials while exp runs.
+    let big = [2usize, 2, 6, 6];
+    let f32_made: Vec<_> = log
+        .iter()
+        .filter(|r| {
+            r.float_shapes.iter().any(|s| s == &big) && r.float_inputs.contains(&DType::F32)
+        })
+        .map(|r| r.op)
+        .collect();
+    assert_eq!(f32_made, vec!["float_exp", "float_sum_dim", "float_cast"]);
+    assert_eq!(out.context.dtype(), DType::F16);
+}
