@@ -126,6 +126,11 @@ pub enum StepError {
         /// The gradient's shape (its real dimensions, whatever rank it was registered with).
         got: Vec<usize>,
     },
+    /// An all-reduce through burn-collective failed (a peer that did not register, tensors of
+    /// different shapes on different peers, ...).
+    #[cfg(feature = "collective")]
+    #[error("the all-reduce through burn-collective failed: {0}")]
+    Collective(String),
 }
 
 /// A saved scaler state that cannot be loaded.

@@ -16,7 +16,8 @@
 //!   [`cast_grads_to_param_dtype`];
 //! - [`LossScaler`], the step contract around any Burn optimizer: skip non-finite steps (params
 //!   and optimizer state untouched), update the scale, report a [`StepOutcome`];
-//! - global-norm clipping ([`GlobalNormClip`]), multi-replica flags ([`combine_finite_flags`]),
+//! - global-norm clipping ([`GlobalNormClip`]), one decision for several replicas
+//!   ([`LossScaler::step_multi`], and `LossScaler::step_all_reduced` over burn-collective),
 //!   and checkpointable state ([`LossScalerRecord`], which embeds in Burn records, and
 //!   [`LossScaler::save_file`] / [`LossScaler::load_file`], which never trust a file's content).
 //!
@@ -55,13 +56,18 @@
 //! back off. The combined flag is the logical AND of the replicas' finiteness flags (the maximum,
 //! or PyTorch's sum, of their `found_inf` values), read once.
 //!
-//! Inside one process, each replica calls [`unscale_grads`]; [`all_replicas_finite`] moves the
-//! on-device flags to one device, ANDs them ([`combine_finite_flags`]) and reads the result with
-//! a single host read; then every replica runs or skips its optimizer and calls
-//! [`LossScaler::update`] with that one flag. Across processes, all-reduce a one-element f32
-//! `found_inf = 1 - finite` tensor with a max (or sum) reduction through burn-collective (Burn's
-//! `collective` feature, which also provides `GradientsParams::all_reduce`) before reading it.
-//! This crate does not depend on burn-collective, so that it stays cheap to build.
+//! Inside one process, when the gradients of all replicas are at hand (burn-train's
+//! `OptimSharded`), [`LossScaler::step_multi`] checks them together; [`all_replicas_finite`]
+//! and [`combine_finite_flags`] do the same for hand-written loops: move the on-device flags to
+//! one device, AND them, read the result once.
+//!
+//! With the `collective` feature, replicas that run on their own threads or processes use
+//! burn-collective, Burn's collective-operations crate: [`LossScaler::step_all_reduced`] sums
+//! the gradients (and the loss) over all peers with its all-reduce and decides on the sum, so
+//! the decision is the same everywhere; a loop that checks each replica's own gradients first
+//! (after unscaling them) combines the answers with `all_peers_finite`. The feature is off by
+//! default: burn-collective brings a network stack (axum, tokio-tungstenite) for its multi-node
+//! mode.
 //!
 //! # Burn details worth knowing
 //!
@@ -74,6 +80,8 @@
 #![warn(missing_docs)]
 
 mod clip;
+#[cfg(feature = "collective")]
+mod collective;
 mod config;
 mod dtype;
 mod dynamic;
@@ -90,6 +98,8 @@ mod static_scale;
 mod unscale;
 
 pub use clip::{GlobalNormClip, global_grad_norm};
+#[cfg(feature = "collective")]
+pub use collective::all_peers_finite;
 pub use config::{LossScaleConfig, MIN_SCALE, UpdateRule};
 pub use dynamic::DynamicLossScale;
 pub use error::{LossScaleError, StateError, StepError};

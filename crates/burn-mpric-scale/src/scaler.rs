@@ -361,7 +361,7 @@ impl LossScaler {
         M: AutodiffModule<B>,
         O: Optimizer<M, B>,
     {
-        self.step_inner::<B, M, O, 1>(optim, lr, module, grads, None)
+        self.step_inner::<B, M, O>(optim, lr, module, grads, None)
     }
 
     /// Like [`step`](Self::step), and also reports the loss: `scaled_loss` is the tensor that
@@ -406,7 +406,7 @@ impl LossScaler {
         M: AutodiffModule<B>,
         O: Optimizer<M, B>,
     {
-        self.step_inner(optim, lr, module, grads, Some(scaled_loss))
+        self.step_inner(optim, lr, module, grads, Some(mean_at_f32(scaled_loss)))
     }
 
     /// Unscales and checks all gradients of `module` without stepping: casts each gradient
@@ -647,20 +647,20 @@ impl LossScaler {
         (module, Ok(outcome))
     }
 
-    fn step_inner<B, M, O, const D: usize>(
+    /// One step on one set of gradients; `loss` is the mean of the scaled loss at f32.
+    pub(crate) fn step_inner<B, M, O>(
         &mut self,
         optim: &mut O,
         lr: LearningRate,
         module: M,
         grads: GradientsParams,
-        scaled_loss: Option<Tensor<B, D>>,
+        loss: Option<Tensor<B::InnerBackend, 1>>,
     ) -> (M, Result<StepOutcome, StepError>)
     where
         B: AutodiffBackend,
         M: AutodiffModule<B>,
         O: Optimizer<M, B>,
     {
-        let loss = scaled_loss.map(mean_at_f32);
         let checked = self.check_shards::<B, M>(&module, vec![grads], loss);
         self.apply(module, checked, |module, mut shards| {
             keeping_dtypes::<B, M>(module, |module| {
@@ -688,7 +688,7 @@ pub struct CheckedGrads {
 }
 
 /// The mean of a (scaled) loss at f32, on the inner backend, for the step's one host read.
-fn mean_at_f32<B: AutodiffBackend, const D: usize>(
+pub(crate) fn mean_at_f32<B: AutodiffBackend, const D: usize>(
     loss: Tensor<B, D>,
 ) -> Tensor<B::InnerBackend, 1> {
     loss.inner().cast(FloatDType::F32).mean()

@@ -32,6 +32,8 @@ pub mod checkpoint;
 pub mod cli;
 mod compat;
 pub mod data;
+#[cfg(feature = "ddp")]
+mod ddp;
 pub mod document;
 mod error;
 pub mod lock;

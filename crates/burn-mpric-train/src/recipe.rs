@@ -588,7 +588,11 @@ pub enum Strategy {
     /// weighted by its share of the batch, so the sum is the gradient of the whole batch's
     /// mean loss), and one loss-scaler decision and one optimizer step follow.
     MultiDevice,
-    /// Distributed data parallel (burn-collective): not available in the CLI.
+    /// Distributed data parallel through burn-collective: one thread per device, each a
+    /// whole replica (model, optimizer, loss scaler) training on its shard of every batch; the
+    /// gradients (and the loss) are summed over the replicas with burn-collective's all-reduce,
+    /// and every replica takes the same loss-scaler decision on the sum. Needs the `ddp`
+    /// feature of burn-mpric-train (on by default).
     Ddp,
 }
 
@@ -1158,14 +1162,11 @@ impl Recipe {
                 format!("must list 1 to 64 devices, got {}", devices.len()),
             ));
         }
-        match self.strategy {
-            Some(Strategy::Ddp) => {
-                return Err(RecipeError::new(
-                    "strategy",
-                    "`ddp` (a process per device, gradients all-reduced through burn-collective) is not available in the mpric CLI; use `multi_device`, which trains on several devices of one machine",
-                ));
-            }
-            Some(Strategy::MultiDevice) | None => {}
+        if self.strategy == Some(Strategy::Ddp) && !cfg!(feature = "ddp") {
+            return Err(RecipeError::new(
+                "strategy",
+                "`ddp` needs burn-mpric-train's `ddp` feature (burn-collective), which this build leaves out; build with it, or use `multi_device`",
+            ));
         }
         if devices.len() > self.batch_size {
             return Err(RecipeError::new(

@@ -23,7 +23,7 @@ use crate::models::Model;
 use crate::optim::{Ad, OptimizerTask, with_optimizer};
 use crate::plan::Plan;
 use crate::plot;
-use crate::recipe::BackendName;
+use crate::recipe::{BackendName, Strategy};
 use crate::resume;
 
 /// How to run a plan.
@@ -164,8 +164,9 @@ fn clear_run(output: &Path) -> Result<(), Error> {
     Ok(())
 }
 
-struct Run<'a> {
-    plan: &'a Plan,
+#[derive(Clone)]
+pub(crate) struct Run<'a> {
+    pub(crate) plan: &'a Plan,
     options: &'a TrainOptions,
     resume: Option<(Checkpoint, TrainState)>,
 }
@@ -183,27 +184,81 @@ impl BackendTask for Run<'_> {
             .map(|d| mp_device::<B>(d, self.plan.recipe.policy, backend))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| e.in_file(&self.plan.label))?;
+        if replicas.len() > 1 && self.plan.recipe.strategy == Some(Strategy::Ddp) {
+            return ddp_train(self, replicas);
+        }
         with_optimizer::<B, _>(
             self.plan.optimizer,
             Loop {
                 run: self,
                 replicas,
+                peers: Peers::Local,
+                model: None,
             },
         )
     }
 }
 
-struct Loop<'a, B: Backend> {
-    run: Run<'a>,
-    /// The devices, the main one (which holds the model and the optimizer) first.
-    replicas: Vec<MpDevice<B>>,
+#[cfg(feature = "ddp")]
+fn ddp_train<B: Backend>(run: Run<'_>, replicas: Vec<MpDevice<B>>) -> Result<Summary, Error> {
+    crate::ddp::train(run, replicas)
+}
+
+#[cfg(not(feature = "ddp"))]
+fn ddp_train<B: Backend>(_: Run<'_>, _: Vec<MpDevice<B>>) -> Result<Summary, Error> {
+    Err(Error::Internal(
+        "strategy `ddp` needs the `ddp` feature of burn-mpric-train".into(),
+    ))
+}
+
+/// How the replicas of a step combine their gradients.
+#[derive(Clone, Copy)]
+pub(crate) enum Peers<'a> {
+    /// One thread: the model lives on the first device; with several devices, each runs one
+    /// shard and the gradients are summed there (`multi_device`).
+    Local,
+    /// One thread per device (`ddp`): this thread is replica `peer` of `count`, and the
+    /// gradients are summed through burn-collective.
+    #[cfg(feature = "ddp")]
+    Collective {
+        peer: usize,
+        count: usize,
+        turn: &'a crate::ddp::StepTurn,
+    },
+    #[cfg(not(feature = "ddp"))]
+    #[allow(dead_code)]
+    Never(std::marker::PhantomData<&'a ()>),
+}
+
+impl Peers<'_> {
+    /// Whether this thread writes the run's metrics, evaluations and checkpoints.
+    fn is_main(&self) -> bool {
+        match self {
+            Peers::Local => true,
+            #[cfg(feature = "ddp")]
+            Peers::Collective { peer, .. } => *peer == 0,
+            #[cfg(not(feature = "ddp"))]
+            Peers::Never(_) => true,
+        }
+    }
+}
+
+pub(crate) struct Loop<'a, B: Backend> {
+    pub(crate) run: Run<'a>,
+    /// The devices, the main one (which holds the model and the optimizer) first; one device
+    /// per thread under [`Peers::Collective`].
+    pub(crate) replicas: Vec<MpDevice<B>>,
+    pub(crate) peers: Peers<'a>,
+    /// The model before training, when it is given (`ddp` replicas share one, so that their
+    /// parameters have the same ids); otherwise it is made from the recipe's seed.
+    pub(crate) model: Option<Model<Ad<B>>>,
 }
 
 impl<B: Backend> OptimizerTask<B> for Loop<'_, B> {
     type Output = Result<Summary, Error>;
 
     fn run<O: Optimizer<Model<Ad<B>>, Ad<B>>>(self, optim: O) -> Self::Output {
-        train_loop(self.run, &self.replicas, optim)
+        train_loop(self.run, &self.replicas, self.peers, self.model, optim)
     }
 }
 
@@ -225,10 +280,30 @@ fn forward_backward<B: Backend>(
     scaler: &LossScaler,
     items: &[usize],
     replicas: &[MpDevice<B>],
+    peers: Peers<'_>,
 ) -> Result<StepGrads<B>, Error> {
     let main = &replicas[0];
     let read_correct =
         |c: Option<Tensor<Ad<B>, 1, burn::tensor::Int>>| c.map(|c| c.into_scalar().elem::<i64>());
+    #[cfg(feature = "ddp")]
+    if let Peers::Collective { peer, count, .. } = peers {
+        // This replica's shard; its loss weighted by its share of the batch, so that the sum
+        // over the replicas is the gradient of the whole batch's mean loss.
+        let own = shard(items, count)[peer];
+        let out = model.forward(plan.data.batch::<Ad<B>>(false, own, main))?;
+        let share = own.len() as f64 / items.len() as f64;
+        let scaled = scaler.scale_loss(out.loss.mul_scalar(share));
+        let grads = GradientsParams::from_grads(scaled.backward(), model);
+        let correct = match out.correct {
+            Some(c) => Some(sum_over_peers::<B>(peer, c)?),
+            None => None,
+        };
+        return Ok(StepGrads {
+            grads,
+            scaled_loss: scaled,
+            correct: read_correct(correct),
+        });
+    }
     if replicas.len() == 1 {
         let out = model.forward(plan.data.batch::<Ad<B>>(false, items, main))?;
         let scaled = scaler.scale_loss(out.loss);
@@ -262,6 +337,21 @@ fn forward_backward<B: Backend>(
     })
 }
 
+/// A count summed over all replicas (burn-collective), as every replica calls it.
+#[cfg(feature = "ddp")]
+fn sum_over_peers<B: Backend>(
+    peer: usize,
+    count: Tensor<Ad<B>, 1, burn::tensor::Int>,
+) -> Result<Tensor<Ad<B>, 1, burn::tensor::Int>, Error> {
+    use burn::collective::{PeerId, ReduceOperation, all_reduce};
+    use burn::tensor::TensorPrimitive;
+    let value = count.float().inner().into_primitive().tensor();
+    let summed = all_reduce::<MixedPrecision<B>>(PeerId::from(peer), value, ReduceOperation::Sum)
+        .map_err(|e| Error::Internal(format!("burn-collective all-reduce: {e:?}")))?;
+    let summed = Tensor::<MixedPrecision<B>, 1>::from_primitive(TensorPrimitive::Float(summed));
+    Ok(Tensor::<Ad<B>, 1>::from_inner(summed).int())
+}
+
 /// `items` split into `n` contiguous shards whose sizes differ by at most one (`n` is at most
 /// `items.len()`, checked with the recipe).
 fn shard(items: &[usize], n: usize) -> Vec<&[usize]> {
@@ -276,7 +366,13 @@ fn shard(items: &[usize], n: usize) -> Vec<&[usize]> {
     shards
 }
 
-fn train_loop<B, O>(run: Run<'_>, replicas: &[MpDevice<B>], mut optim: O) -> Result<Summary, Error>
+fn train_loop<B, O>(
+    run: Run<'_>,
+    replicas: &[MpDevice<B>],
+    peers: Peers<'_>,
+    model: Option<Model<Ad<B>>>,
+    mut optim: O,
+) -> Result<Summary, Error>
 where
     B: Backend,
     O: Optimizer<Model<Ad<B>>, Ad<B>>,
@@ -294,7 +390,9 @@ where
     let in_file = |err: RecipeError| err.in_file(&plan.label);
 
     std::fs::create_dir_all(output).map_err(|e| Error::io(output, e))?;
-    let mut model = Model::<Ad<B>>::init_seeded(&plan.model, plan.data.dims(), recipe.seed, device);
+    let mut model = model.unwrap_or_else(|| {
+        Model::<Ad<B>>::init_seeded(&plan.model, plan.data.dims(), recipe.seed, device)
+    });
     let (mut scaler, mut sampler, mut rows, mut evals, start) = match resume {
         Some((found, state)) => {
             model = found.load_model(model, device)?;
@@ -325,7 +423,12 @@ where
         "{} ({} on {}, {})",
         plan.label, recipe.model.kind, recipe.backend.name, policy
     );
-    let bar = progress_bar(options, start, total);
+    let is_main = peers.is_main();
+    let bar = if is_main {
+        progress_bar(options, start, total)
+    } else {
+        ProgressBar::hidden()
+    };
     let max_skips = recipe.max_consecutive_skips();
     let mut until_eval: Option<EvalRow> = None;
     let mut last_checkpoint = (start > 0).then_some(start);
@@ -344,8 +447,19 @@ where
             grads,
             scaled_loss,
             correct,
-        } = forward_backward(plan, &model, &scaler, &items, replicas)?;
-        let (next, outcome) = scaler.step_with_loss(&mut optim, lr, model, grads, scaled_loss);
+        } = forward_backward(plan, &model, &scaler, &items, replicas, peers)?;
+        let (next, outcome) = match peers {
+            #[cfg(feature = "ddp")]
+            Peers::Collective { peer, .. } => scaler.step_all_reduced(
+                burn::collective::PeerId::from(peer),
+                &mut optim,
+                lr,
+                model,
+                grads,
+                scaled_loss,
+            ),
+            _ => scaler.step_with_loss(&mut optim, lr, model, grads, scaled_loss),
+        };
         model = next;
         let outcome = outcome.map_err(|source| Error::Step { step, source })?;
         let accuracy = correct.map(|c| c as f32 / predictions as f32);
@@ -381,55 +495,77 @@ where
         } else {
             None
         };
+        // Every replica finds the same reason at the same step (they hold the same values).
         if let Some(reason) = stop_reason {
             bar.finish_and_clear();
-            write_reports(plan, policy, &rows, &evals, &title)?;
+            if is_main {
+                write_reports(plan, policy, &rows, &evals, &title)?;
+            }
             return Err(diverged(step, reason, last_checkpoint));
         }
 
-        // Held-out rows are kept for the scheduled checkpoints only, so that a run stopped
-        // with --until and resumed records what the uninterrupted run records.
-        let scheduled = step == total
-            || recipe
-                .checkpoint_every
-                .is_some_and(|every| step % every == 0);
-        if scheduled || step == stop {
-            let mut eval = evaluate(&model.valid(), &plan.data, recipe.batch_size, device)?;
-            eval.step = step;
-            until_eval = (!scheduled).then(|| eval.clone());
-            if scheduled {
-                evals.push(eval);
-            }
-            let state = TrainState {
-                format_version: STATE_FORMAT_VERSION,
-                step,
-                total_steps: total,
-                data: sampler.position(),
-                scaler: scaler.to_record(),
-                recipe: recipe.clone(),
-                steps: rows.clone(),
-                eval: evals.clone(),
-            };
-            match checkpoint::save(output, &model, &optim, &state, policy.param()) {
-                Err(Error::Diverged { step, reason, .. }) => {
-                    bar.finish_and_clear();
+        // The first replica evaluates and writes; under `ddp` the others wait for it here.
+        let written = if is_main {
+            (|| -> Result<(), Error> {
+                // Held-out rows are kept for the scheduled checkpoints only, so that a run stopped
+                // with --until and resumed records what the uninterrupted run records.
+                let scheduled = step == total
+                    || recipe
+                        .checkpoint_every
+                        .is_some_and(|every| step % every == 0);
+                if scheduled || step == stop {
+                    let mut eval = evaluate(&model.valid(), &plan.data, recipe.batch_size, device)?;
+                    eval.step = step;
+                    until_eval = (!scheduled).then(|| eval.clone());
+                    if scheduled {
+                        evals.push(eval);
+                    }
+                    let state = TrainState {
+                        format_version: STATE_FORMAT_VERSION,
+                        step,
+                        total_steps: total,
+                        data: sampler.position(),
+                        scaler: scaler.to_record(),
+                        recipe: recipe.clone(),
+                        steps: rows.clone(),
+                        eval: evals.clone(),
+                    };
+                    match checkpoint::save(output, &model, &optim, &state, policy.param()) {
+                        Err(Error::Diverged { step, reason, .. }) => {
+                            bar.finish_and_clear();
+                            write_reports(plan, policy, &rows, &evals, &title)?;
+                            return Err(diverged(step, reason, last_checkpoint));
+                        }
+                        other => other?,
+                    };
+                    last_checkpoint = Some(step);
                     write_reports(plan, policy, &rows, &evals, &title)?;
-                    return Err(diverged(step, reason, last_checkpoint));
+                    let line =
+                        checkpoint_line(step, total, &rows, until_eval.as_ref().or(evals.last()));
+                    if !bar.is_hidden() {
+                        bar.println(line);
+                    } else if options.log {
+                        eprintln!("{line}");
+                    }
                 }
-                other => other?,
-            };
-            last_checkpoint = Some(step);
-            write_reports(plan, policy, &rows, &evals, &title)?;
-            let line = checkpoint_line(step, total, &rows, until_eval.as_ref().or(evals.last()));
-            if !bar.is_hidden() {
-                bar.println(line);
-            } else if options.log {
-                eprintln!("{line}");
-            }
+                Ok(())
+            })()
+        } else {
+            Ok(())
+        };
+        #[cfg(feature = "ddp")]
+        if let Peers::Collective { turn, .. } = peers
+            && turn.end_step(written.is_err())
+            && written.is_ok()
+        {
+            return Err(Error::Internal(
+                "stopped: the first replica failed at this step".into(),
+            ));
         }
+        written?;
     }
     bar.finish_and_clear();
-    if stop == start {
+    if stop == start && is_main {
         // Nothing to do (the run was already at its end): refresh the reports.
         write_reports(plan, policy, &rows, &evals, &title)?;
     }

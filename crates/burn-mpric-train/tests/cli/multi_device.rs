@@ -1,7 +1,8 @@
-//! Several devices from the CLI (`backend.devices`, `strategy = "multi_device"`): the batch is
-//! split across replicas, gradients are summed on the main device, and one loss-scaler
-//! decision and one optimizer step follow. On this machine the replicas share Flex's one
-//! device, which burn-train's `MultiDevice` also allows.
+//! Several devices from the CLI (`backend.devices`): the batch is split across replicas and
+//! one loss-scaler decision covers them all, with `strategy = "multi_device"` (gradients
+//! summed on the main device, one optimizer step) or `strategy = "ddp"` (a thread per
+//! replica, gradients summed through burn-collective, every replica stepping). On this machine
+//! the replicas share Flex's one device, which burn-train's `MultiDevice` also allows.
 
 use crate::common::{fresh_dir, metrics, run, run_ok, small_recipe, write_recipe};
 use burn_mpric_train::checkpoint;
@@ -18,15 +19,72 @@ fn recipe(output: &str, devices: Option<&str>) -> String {
     .replace("\"out\"", &format!("\"{output}\""))
 }
 
+fn with_strategy(text: String, strategy: &str) -> String {
+    text.replace(
+        "steps = 40",
+        &format!("steps = 40\nstrategy = \"{strategy}\""),
+    )
+}
+
 #[test]
 fn two_replicas_follow_the_single_device_run_and_decide_each_step_once() {
-    let dir = fresh_dir("multi-device");
-    let single = write_recipe(&dir, "single.toml", &recipe("single", None));
-    let multi = write_recipe(&dir, "multi.toml", &recipe("multi", Some("[0, 0]")));
+    two_replicas_follow_the_single_device_run("multi-device", "multi_device");
+}
+
+/// `ddp` sums the replicas' gradients at the parameters' dtype (f32), while one device (and
+/// `multi_device`) has the whole batch's gradient in the compute dtype: its f16 gradients
+/// overflow at half the scale. So the runs agree step by step where no step overflows; here
+/// the scale stays at 256 and nothing is skipped.
+#[test]
+fn two_ddp_replicas_follow_the_single_device_run_and_decide_each_step_once() {
+    two_replicas_follow_the_single_device_run("ddp", "ddp");
+}
+
+fn steady(text: String) -> String {
+    text.replace(
+        "initial_scale = 1e9, growth_interval = 4",
+        "initial_scale = 256, growth_interval = 1000",
+    )
+}
+
+#[test]
+fn ddp_replicas_back_off_together_from_an_overflowing_scale() {
+    let dir = fresh_dir("ddp-backoff");
+    let ddp = write_recipe(
+        &dir,
+        "ddp.toml",
+        &with_strategy(recipe("ddp", Some("[0, 0]")), "ddp"),
+    );
+    run_ok(&dir, &["train", ddp.to_str().unwrap(), "-q"]);
+    let m = metrics(&dir.join("ddp"));
+    assert_eq!(m.steps.len(), 40, "one row per step");
+    // Skipped while the scale is too high, halving each time; then applied.
+    let first_applied = m.steps.iter().position(|r| !r.skipped).unwrap();
+    assert!(first_applied >= 3, "{first_applied}");
+    for pair in m.steps[..=first_applied].windows(2) {
+        assert_eq!(pair[1].loss_scale, pair[0].loss_scale / 2.0);
+    }
+    assert!(
+        m.steps[first_applied..]
+            .iter()
+            .any(|r| !r.skipped && r.loss.is_some())
+    );
+}
+
+fn two_replicas_follow_the_single_device_run(name: &str, strategy: &str) {
+    let dir = fresh_dir(name);
+    let ddp = strategy == "ddp";
+    let adjust = |text: String| if ddp { steady(text) } else { text };
+    let single = write_recipe(&dir, "single.toml", &adjust(recipe("single", None)));
+    let multi = write_recipe(
+        &dir,
+        "multi.toml",
+        &adjust(with_strategy(recipe("multi", Some("[0, 0]")), strategy)),
+    );
     run_ok(&dir, &["train", single.to_str().unwrap(), "-q"]);
     let stdout = run_ok(&dir, &["check", multi.to_str().unwrap()]);
     assert!(
-        stdout.contains("flex devices [0, 0]") && stdout.contains("strategy multi_device"),
+        stdout.contains("flex devices [0, 0]") && stdout.contains(&format!("strategy {strategy}")),
         "{stdout}"
     );
     run_ok(&dir, &["train", multi.to_str().unwrap(), "-q"]);
@@ -40,9 +98,10 @@ fn two_replicas_follow_the_single_device_run_and_decide_each_step_once() {
         rows.iter().map(|r| (r.skipped, r.loss_scale)).collect()
     };
     assert_eq!(decisions(&a.steps), decisions(&b.steps));
-    assert!(
+    assert_eq!(
         a.steps.iter().any(|r| r.skipped),
-        "the run should skip its first steps"
+        !ddp,
+        "the 1e9 scale skips the first steps; the steady one none"
     );
     // Shard losses weighted by their share sum to the batch's mean loss: the same curve up to
     // f16 rounding of the per-shard computations.
@@ -66,13 +125,27 @@ fn two_replicas_follow_the_single_device_run_and_decide_each_step_once() {
 
 #[test]
 fn a_multi_device_run_resumes_bit_for_bit() {
-    let dir = fresh_dir("multi-device-resume");
+    resumes_bit_for_bit("multi-device-resume", "multi_device", "[0, 0, 0]");
+}
+
+#[test]
+fn a_ddp_run_resumes_bit_for_bit() {
+    // Two replicas: a sum of two is the same whichever replica burn-collective starts from.
+    resumes_bit_for_bit("ddp-resume", "ddp", "[0, 0]");
+}
+
+fn resumes_bit_for_bit(name: &str, strategy: &str, devices: &str) {
+    let dir = fresh_dir(name);
     let straight = write_recipe(
         &dir,
         "straight.toml",
-        &recipe("straight", Some("[0, 0, 0]")),
+        &with_strategy(recipe("straight", Some(devices)), strategy),
     );
-    let split = write_recipe(&dir, "split.toml", &recipe("split", Some("[0, 0, 0]")));
+    let split = write_recipe(
+        &dir,
+        "split.toml",
+        &with_strategy(recipe("split", Some(devices)), strategy),
+    );
     run_ok(&dir, &["train", straight.to_str().unwrap(), "-q"]);
     run_ok(
         &dir,
@@ -97,10 +170,6 @@ fn a_multi_device_run_resumes_bit_for_bit() {
 fn device_lists_the_cli_cannot_run_are_refused_with_one_line() {
     let dir = fresh_dir("multi-device-bad");
     let cases = [
-        (
-            recipe("out", Some("[0, 0]")).replace("steps = 40", "steps = 40\nstrategy = \"ddp\""),
-            vec!["strategy", "`ddp`", "use `multi_device`"],
-        ),
         (
             recipe("out", Some("[0, 1]")),
             vec!["backend.devices", "flex has one device, 0; got 1"],
