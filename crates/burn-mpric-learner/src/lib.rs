@@ -19,6 +19,16 @@
 //!   PyTorch's `scaler.get_scale()` reads before `scaler.update()`);
 //! - `Skipped Steps` logs the number of skipped steps so far, the logged step included.
 //!
+//! **burn-train's `ExecutionStrategy::DistributedDataParallel` is not supported.** In Burn
+//! 0.21 it all-reduces the gradients inside `backward()` through the backend's
+//! `DistributedBackend::all_reduce`, which only the CUDA backend implements (NCCL), and its
+//! `ddp` feature makes `Autodiff<B>` require `B: DistributedBackend` throughout a build. Each of
+//! its worker threads also holds its own clone of the learner, and so of the model: all of
+//! them would share one [`ScalerHandle`] and update it once per worker per step. For data
+//! parallelism with loss scaling, use `MultiDevice` here, or burn-mpric-scale's
+//! `LossScaler::step_all_reduced` (burn-collective) in a loop of your own, as the `mpric`
+//! CLI's `strategy = "ddp"` does.
+//!
 //! **Learning-rate schedule on a skipped step:** burn-train advances its scheduler once per
 //! iteration, before the optimizer step, so a skipped step still consumes one step of the
 //! schedule (as a PyTorch loop that calls `scheduler.step()` every iteration does). The

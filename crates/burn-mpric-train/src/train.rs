@@ -280,7 +280,7 @@ fn forward_backward<B: Backend>(
     scaler: &LossScaler,
     items: &[usize],
     replicas: &[MpDevice<B>],
-    peers: Peers<'_>,
+    #[cfg_attr(not(feature = "ddp"), allow(unused_variables))] peers: Peers<'_>,
 ) -> Result<StepGrads<B>, Error> {
     let main = &replicas[0];
     let read_correct =
