@@ -39,7 +39,10 @@ fn sum_over_peers<B: Backend>(
 ///
 /// # Example
 ///
-/// ```
+/// (A standalone doctest: burn-collective's local server is one per process and backend, so
+/// collective examples must not share a process.)
+///
+/// ```standalone_crate
 /// use burn::backend::Flex;
 /// use burn::collective::{CollectiveConfig, PeerId, finish_collective, register};
 /// use burn_mpric_scale::all_peers_finite;
@@ -89,12 +92,13 @@ impl LossScaler {
     /// at the parameters' dtype (f32 for mixed policies), where scaled gradients do not
     /// overflow.
     ///
-    /// Every peer must call it once per step; a peer that stops calling leaves the others
-    /// waiting in the all-reduce.
+    /// The peers' modules must be clones of one module: the all-reduce pairs gradients by
+    /// parameter id. Every peer must call it once per step; a peer that stops calling leaves
+    /// the others waiting in the all-reduce.
     ///
     /// # Example
     ///
-    /// ```
+    /// ```standalone_crate
     /// use burn::backend::{Autodiff, Flex};
     /// use burn::collective::{CollectiveConfig, PeerId, finish_collective, register};
     /// use burn::nn::{Linear, LinearConfig};
@@ -103,16 +107,19 @@ impl LossScaler {
     /// use burn_mpric_scale::LossScaler;
     ///
     /// type B = Autodiff<Flex>;
+    /// // One model for all replicas, so that their parameters have the same ids.
+    /// let model: Linear<B> = LinearConfig::new(1, 1).init(&Default::default());
+    /// let _ = (model.weight.val(), model.bias.as_ref().map(|b| b.val())); // materialized
     /// let outcomes: Vec<(bool, f32)> = std::thread::scope(|s| {
     ///     let peers: Vec<_> = [2.0f32, f32::INFINITY]
     ///         .into_iter()
     ///         .enumerate()
     ///         .map(|(i, input)| {
+    ///             let model = model.clone();
     ///             s.spawn(move || {
     ///                 let (peer, device) = (PeerId::from(i), Default::default());
     ///                 let config = CollectiveConfig::default().with_num_devices(2);
     ///                 register::<Flex>(peer, device, config).unwrap();
-    ///                 let model: Linear<B> = LinearConfig::new(1, 1).init(&device);
     ///                 let mut scaler = LossScaler::default();
     ///                 let x = Tensor::<B, 2>::from_floats([[input]], &device);
     ///                 let scaled = scaler.scale_loss(model.forward(x).sum());
