@@ -18,11 +18,42 @@ fn collective_error(err: burn::collective::CollectiveError) -> StepError {
     StepError::Collective(format!("{err:?}"))
 }
 
-/// The sum of a one-element f32 tensor over all peers.
-fn sum_over_peers<B: Backend>(
+/// The sum of `value` over all peers (burn-collective's all-reduce); every peer calls it, in
+/// the same order as its other collective operations. For the figures of a data-parallel step
+/// besides its gradients (correct predictions, token counts).
+///
+/// # Example
+///
+/// ```standalone_crate
+/// use burn::backend::Flex;
+/// use burn::collective::{CollectiveConfig, PeerId, finish_collective, register};
+/// use burn::tensor::Tensor;
+/// use burn_mpric_scale::sum_over_peers;
+///
+/// let sums: Vec<f32> = std::thread::scope(|s| {
+///     let peers: Vec<_> = [3.0f32, 4.0]
+///         .into_iter()
+///         .enumerate()
+///         .map(|(i, count)| {
+///             s.spawn(move || {
+///                 let (peer, device) = (PeerId::from(i), Default::default());
+///                 let config = CollectiveConfig::default().with_num_devices(2);
+///                 register::<Flex>(peer, device, config).unwrap();
+///                 let value = Tensor::<Flex, 1>::from_floats([count], &device);
+///                 let sum = sum_over_peers(peer, value).unwrap().into_scalar();
+///                 finish_collective::<Flex>(peer).unwrap();
+///                 sum
+///             })
+///         })
+///         .collect();
+///     peers.into_iter().map(|p| p.join().unwrap()).collect()
+/// });
+/// assert_eq!(sums, vec![7.0, 7.0]);
+/// ```
+pub fn sum_over_peers<B: Backend, const D: usize>(
     peer: PeerId,
-    value: Tensor<B, 1>,
-) -> Result<Tensor<B, 1>, StepError> {
+    value: Tensor<B, D>,
+) -> Result<Tensor<B, D>, StepError> {
     let summed = all_reduce::<B>(peer, value.into_primitive().tensor(), ReduceOperation::Sum)
         .map_err(collective_error)?;
     Ok(Tensor::from_primitive(TensorPrimitive::Float(summed)))

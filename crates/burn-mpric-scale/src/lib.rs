@@ -99,7 +99,7 @@ mod unscale;
 
 pub use clip::{GlobalNormClip, global_grad_norm};
 #[cfg(feature = "collective")]
-pub use collective::all_peers_finite;
+pub use collective::{all_peers_finite, sum_over_peers};
 pub use config::{LossScaleConfig, MIN_SCALE, UpdateRule};
 pub use dynamic::DynamicLossScale;
 pub use error::{LossScaleError, StateError, StepError};

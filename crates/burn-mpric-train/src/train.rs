@@ -343,12 +343,9 @@ fn sum_over_peers<B: Backend>(
     peer: usize,
     count: Tensor<Ad<B>, 1, burn::tensor::Int>,
 ) -> Result<Tensor<Ad<B>, 1, burn::tensor::Int>, Error> {
-    use burn::collective::{PeerId, ReduceOperation, all_reduce};
-    use burn::tensor::TensorPrimitive;
-    let value = count.float().inner().into_primitive().tensor();
-    let summed = all_reduce::<MixedPrecision<B>>(PeerId::from(peer), value, ReduceOperation::Sum)
-        .map_err(|e| Error::Internal(format!("burn-collective all-reduce: {e:?}")))?;
-    let summed = Tensor::<MixedPrecision<B>, 1>::from_primitive(TensorPrimitive::Float(summed));
+    let peer = burn::collective::PeerId::from(peer);
+    let summed = burn_mpric::scale::sum_over_peers(peer, count.float().inner())
+        .map_err(|e| Error::Internal(e.to_string()))?;
     Ok(Tensor::<Ad<B>, 1>::from_inner(summed).int())
 }
 

@@ -152,7 +152,7 @@ impl<B: Backend> MpFloat<B> {
 }
 
 /// `B::float_cast`, counted by [`casts_made`].
-pub(crate) fn counted_cast<B: Backend>(
+fn counted_cast<B: Backend>(
     inner: B::FloatTensorPrimitive,
     target: FloatDType,
 ) -> B::FloatTensorPrimitive {

@@ -24,12 +24,22 @@
 //! [`PrecisionSettings::full_precision_softmax`](crate::PrecisionSettings::full_precision_softmax)
 //! turns it off.
 
+use burn::tensor::FloatDType;
 use burn_backend::{Backend, IntDType};
 
 use super::args::{Arg, float_dtype};
 use crate::category::Op;
 use crate::settings::{InputDTypes, Precision};
-use crate::tensor::{Fact, MpFloat, MpInt, counted_cast};
+use crate::tensor::{Fact, MpFloat, MpInt};
+
+/// The dtype the op table casts `inputs` to for `op`.
+fn target<B: Backend>(op: Op, precision: &Precision, inputs: &[&MpFloat<B>]) -> Option<FloatDType> {
+    let mut dtypes = InputDTypes::default();
+    inputs
+        .iter()
+        .for_each(|t| Arg::<B>::collect(*t, &mut dtypes));
+    precision.0.target(op, &dtypes)
+}
 
 /// The decorator's usual path for one op: inputs cast by the op table, the inner op run, the
 /// result wrapped as a new value that satisfies `fact`.
@@ -45,11 +55,7 @@ fn forward<B: Backend, const N: usize>(
         .reduce(Precision::preferred)
         .expect("the op has a float input")
         .clone();
-    let mut dtypes = InputDTypes::default();
-    inputs
-        .iter()
-        .for_each(|t| Arg::<B>::collect(t, &mut dtypes));
-    let target = precision.0.target(op, &dtypes);
+    let target = target(op, &precision, &inputs.each_ref());
     let inner = inputs.map(|t| Arg::<B>::cast(t, target, false).inner);
     MpFloat::with_fact(run(inner), precision, fact)
 }
@@ -59,13 +65,9 @@ fn store_bounded<B: Backend>(
     tensor: MpFloat<B>,
     sum: Option<(usize, B::FloatTensorPrimitive)>,
 ) -> MpFloat<B> {
-    let compute = tensor.precision.0.compute;
-    let inner = if float_dtype(&tensor.inner) == compute {
-        tensor.inner
-    } else {
-        counted_cast::<B>(tensor.inner, compute)
-    };
-    MpFloat::with_fact(inner, tensor.precision, Fact::UnitInterval { sum })
+    let compute = Some(tensor.precision.0.compute);
+    let stored = Arg::<B>::cast(tensor, compute, false);
+    MpFloat::with_fact(stored.inner, stored.precision, Fact::UnitInterval { sum })
 }
 
 fn max_of<B: Backend>(tensor: &MpFloat<B>, dim: usize) -> Fact<B> {
@@ -121,12 +123,9 @@ pub(crate) fn float_sum_dim<B: Backend>(tensor: MpFloat<B>, dim: usize) -> MpFlo
         });
     };
     let of = tensor.id().expect("a value with a fact has an id");
-    let mut dtypes = InputDTypes::default();
-    dtypes.push(float_dtype(&tensor.inner));
-    let target = tensor.precision.0.target(Op::SumDim, &dtypes);
     if let Some((d, sum)) = sum
         && *d == dim
-        && target == Some(float_dtype(sum))
+        && target(Op::SumDim, &tensor.precision, &[&tensor]) == Some(float_dtype(sum))
     {
         return MpFloat::with_fact(sum.clone(), tensor.precision.clone(), Fact::SumOf { of });
     }
