@@ -12,7 +12,7 @@ use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{Adam, AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{FloatDType, Tensor, TensorData};
-use burn_mpric::{Castable, ModuleParams, PolicyDType, cast_grads_to_param_dtype};
+use burn_mpric::{Castable, ModuleParams, cast_grads_to_param_dtype};
 use burn_mpric_scale::{LossScaleConfig, LossScaler};
 use clap::ValueEnum;
 use serde::Serialize;
@@ -452,9 +452,7 @@ impl Storage {
         if self == Self::F32 {
             module
         } else {
-            ModuleParams(module)
-                .cast_floats(PolicyDType::Float(self.0))
-                .0
+            ModuleParams(module).cast_floats(self.0).0
         }
     }
 }

@@ -4,21 +4,7 @@ use burn::config::Config;
 use serde::{Deserialize, Serialize};
 
 use crate::error::LossScaleError;
-
-/// The smallest scale this crate accepts: `f32::MIN_POSITIVE` (2^-126).
-///
-/// Every scale is at least this value, so both the scale and its inverse (at most 2^126) are
-/// finite, positive f32 values. Backoff stops at the configured `min_scale`, which cannot be lower.
-///
-/// # Example
-///
-/// ```
-/// use burn_mpric_scale::MIN_SCALE;
-///
-/// assert_eq!(MIN_SCALE, 2f32.powi(-126));
-/// assert!((1.0 / MIN_SCALE).is_finite());
-/// ```
-pub const MIN_SCALE: f32 = f32::MIN_POSITIVE;
+use crate::limits::MIN_SCALE;
 
 /// When a dynamic loss scale grows and how overflows consume the hysteresis budget.
 ///
@@ -94,7 +80,7 @@ pub struct LossScaleConfig {
     /// Factor applied on backoff; must lie strictly between 0 and 1.
     #[config(default = 0.5)]
     pub backoff_factor: f64,
-    /// Lower bound of the scale; may be below 1 but not below [`MIN_SCALE`](crate::MIN_SCALE).
+    /// Lower bound of the scale; may be below 1 but not below [`MIN_SCALE`].
     #[config(default = 1.0)]
     pub min_scale: f32,
     /// Optional upper bound of the scale; growth clamps at it.
@@ -115,7 +101,7 @@ impl Default for LossScaleConfig {
 }
 
 fn check_scale(name: &'static str, value: f32) -> Result<(), LossScaleError> {
-    if value.is_finite() && value >= crate::MIN_SCALE {
+    if value.is_finite() && value >= MIN_SCALE {
         Ok(())
     } else {
         Err(LossScaleError::InvalidScale { name, value })
@@ -127,7 +113,7 @@ impl LossScaleConfig {
     /// 2000, no maximum.
     ///
     /// PyTorch has no lower bound (its scale can reach 0.0); this preset stops at
-    /// [`MIN_SCALE`](crate::MIN_SCALE) instead, which is the only difference.
+    /// [`MIN_SCALE`] instead, which is the only difference.
     ///
     /// # Example
     ///
@@ -141,7 +127,7 @@ impl LossScaleConfig {
     pub fn torch() -> Self {
         Self::new()
             .with_initial_scale(65536.0)
-            .with_min_scale(crate::MIN_SCALE)
+            .with_min_scale(MIN_SCALE)
     }
 
     /// jmp `DynamicLossScale` as built by its README: initial 2^15, period 2000, factor 2,
@@ -175,7 +161,7 @@ impl LossScaleConfig {
     /// Keras 3 `LossScaleOptimizer`: initial 2^15, 2000 growth steps, factors 2 and 0.5.
     ///
     /// Keras has no bounds at all (repeated backoff reaches 0); this preset stops at
-    /// [`MIN_SCALE`](crate::MIN_SCALE) and never grows to infinity.
+    /// [`MIN_SCALE`] and never grows to infinity.
     ///
     /// # Example
     ///
@@ -185,7 +171,7 @@ impl LossScaleConfig {
     /// assert_eq!(LossScaleConfig::keras().growth_interval, 2000);
     /// ```
     pub fn keras() -> Self {
-        Self::new().with_min_scale(crate::MIN_SCALE)
+        Self::new().with_min_scale(MIN_SCALE)
     }
 
     /// Flax `DynamicScale`: initial 65536, interval 2000, factors 2 and 0.5, minimum
@@ -304,21 +290,6 @@ impl LossScaleConfig {
             return Err(LossScaleError::ZeroHysteresis);
         }
         Ok(())
-    }
-
-    /// Builds the first state of the dynamic loss scale after validating the configuration.
-    ///
-    /// # Example
-    ///
-    /// ```
-    /// use burn_mpric_scale::LossScaleConfig;
-    ///
-    /// let scale = LossScaleConfig::new().with_initial_scale(128.0).init().unwrap();
-    /// assert_eq!((scale.loss_scale(), scale.counter()), (128.0, 0));
-    /// assert!(LossScaleConfig::new().with_initial_scale(0.0).init().is_err());
-    /// ```
-    pub fn init(&self) -> Result<crate::DynamicLossScale, LossScaleError> {
-        crate::DynamicLossScale::new(*self)
     }
 
     pub(crate) fn check_bounds(

@@ -247,3 +247,20 @@ impl DynamicLossScale {
         reduced.max(self.config.min_scale)
     }
 }
+
+impl LossScaleConfig {
+    /// Builds the first state of the dynamic loss scale after validating the configuration.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_scale::LossScaleConfig;
+    ///
+    /// let scale = LossScaleConfig::new().with_initial_scale(128.0).init().unwrap();
+    /// assert_eq!((scale.loss_scale(), scale.counter()), (128.0, 0));
+    /// assert!(LossScaleConfig::new().with_initial_scale(0.0).init().is_err());
+    /// ```
+    pub fn init(&self) -> Result<DynamicLossScale, LossScaleError> {
+        DynamicLossScale::new(*self)
+    }
+}

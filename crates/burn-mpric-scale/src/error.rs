@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use burn::module::ParamId;
 use burn::tensor::backend::ExecutionError;
 
+use crate::limits::MIN_SCALE;
+
 /// A loss-scale configuration or state that this crate refuses to build.
 ///
 /// Every constructor validates its input and returns this error instead of panicking, so a scale
@@ -24,7 +26,7 @@ pub enum LossScaleError {
     /// [`MIN_SCALE`](crate::MIN_SCALE).
     #[error(
         "{name} must be a finite f32 of at least {min:e} (so that its inverse is finite), got {value}",
-        min = crate::MIN_SCALE
+        min = MIN_SCALE
     )]
     InvalidScale {
         /// Which value was rejected (`"initial scale"`, `"min scale"`, ...).

@@ -1,7 +1,5 @@
 //! The no-op loss scale (scale 1): for bf16 and f32 training.
 
-use crate::loss_scale::LossScaling;
-
 /// A loss scale of exactly 1 that never changes: scaling and unscaling are the identity.
 ///
 /// This is the bf16 mode: bf16 has f32's exponent range, so no scaling is needed, but a
@@ -11,7 +9,7 @@ use crate::loss_scale::LossScaling;
 /// # Example
 ///
 /// ```
-/// use burn_mpric_scale::{LossScaling, NoOpLossScale};
+/// use burn_mpric_scale::NoOpLossScale;
 ///
 /// let s = NoOpLossScale;
 /// assert_eq!(s.loss_scale(), 1.0);
@@ -20,26 +18,29 @@ use crate::loss_scale::LossScaling;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct NoOpLossScale;
 
-impl LossScaling for NoOpLossScale {
-    fn loss_scale(&self) -> f32 {
+impl NoOpLossScale {
+    /// Always 1.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// assert_eq!(burn_mpric_scale::NoOpLossScale.loss_scale(), 1.0);
+    /// ```
+    pub fn loss_scale(&self) -> f32 {
         1.0
     }
 
-    fn adjust(self, _grads_finite: bool) -> Self {
+    /// Itself: nothing to update.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_scale::NoOpLossScale;
+    ///
+    /// assert_eq!(NoOpLossScale.adjust(false), NoOpLossScale);
+    /// ```
+    #[must_use]
+    pub fn adjust(self, _grads_finite: bool) -> Self {
         self
-    }
-
-    fn scale<B: burn::tensor::backend::Backend, const D: usize>(
-        &self,
-        loss: burn::Tensor<B, D>,
-    ) -> burn::Tensor<B, D> {
-        loss
-    }
-
-    fn unscale<B: burn::tensor::backend::Backend, const D: usize>(
-        &self,
-        tensor: burn::Tensor<B, D>,
-    ) -> burn::Tensor<B, D> {
-        tensor
     }
 }

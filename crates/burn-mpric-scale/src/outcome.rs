@@ -95,7 +95,6 @@ impl ScalerStats {
 /// let mut scaler = LossScaler::dynamic(LossScaleConfig::new().with_initial_scale(64.0)).unwrap();
 /// let outcome = scaler.update(false);
 /// assert!(outcome.is_skipped());
-/// assert!(outcome.found_non_finite());
 /// assert_eq!((outcome.scale_used, outcome.next_scale), (64.0, 32.0));
 /// assert_eq!(outcome.stats.skipped, 1);
 /// ```
@@ -142,18 +141,5 @@ impl StepOutcome {
     /// ```
     pub fn is_skipped(&self) -> bool {
         self.action == StepAction::Skipped
-    }
-
-    /// `true` when a non-finite gradient was found (the step was skipped because of it).
-    ///
-    /// # Example
-    ///
-    /// ```
-    /// use burn_mpric_scale::LossScaler;
-    ///
-    /// assert!(!LossScaler::noop().update(true).found_non_finite());
-    /// ```
-    pub fn found_non_finite(&self) -> bool {
-        self.is_skipped()
     }
 }

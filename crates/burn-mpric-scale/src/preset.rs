@@ -54,7 +54,55 @@ pub enum LossScalePreset {
     Static(f32),
 }
 
+/// Each named preset with its canonical name (first) and the other spellings it accepts.
+const NAMES: &[(LossScalePreset, &[&str])] = &[
+    (LossScalePreset::Auto, &["auto"]),
+    (LossScalePreset::None, &["none", "noop", "off"]),
+    (LossScalePreset::Dynamic, &["dynamic"]),
+    (LossScalePreset::Torch, &["torch", "pytorch"]),
+    (LossScalePreset::Jmp, &["jmp"]),
+    (LossScalePreset::Eformer, &["eformer"]),
+    (LossScalePreset::Keras, &["keras"]),
+    (LossScalePreset::Flax, &["flax"]),
+    (LossScalePreset::DeepSpeed, &["deepspeed"]),
+    (LossScalePreset::Megatron, &["megatron"]),
+];
+
 impl LossScalePreset {
+    /// The presets that describe a dynamic scale, in the order messages list them.
+    ///
+    /// ```
+    /// use burn_mpric_scale::LossScalePreset;
+    ///
+    /// assert!(LossScalePreset::DYNAMIC.iter().all(|p| p.dynamic_config().is_some()));
+    /// assert_eq!(LossScalePreset::DYNAMIC.len(), 8);
+    /// ```
+    pub const DYNAMIC: &'static [LossScalePreset] = &[
+        LossScalePreset::Dynamic,
+        LossScalePreset::Torch,
+        LossScalePreset::Jmp,
+        LossScalePreset::Eformer,
+        LossScalePreset::Keras,
+        LossScalePreset::Flax,
+        LossScalePreset::DeepSpeed,
+        LossScalePreset::Megatron,
+    ];
+
+    /// The names of [`DYNAMIC`](Self::DYNAMIC), comma-separated.
+    ///
+    /// ```
+    /// use burn_mpric_scale::LossScalePreset;
+    ///
+    /// assert!(LossScalePreset::dynamic_names().starts_with("dynamic, torch, jmp"));
+    /// ```
+    pub fn dynamic_names() -> String {
+        Self::DYNAMIC
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// The dynamic configuration of a dynamic preset (`None` for auto, none and static).
     ///
     /// ```
@@ -106,51 +154,41 @@ impl FromStr for LossScalePreset {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let text = s.trim().to_ascii_lowercase();
-        Ok(match text.as_str() {
-            "auto" => LossScalePreset::Auto,
-            "none" | "noop" | "off" => LossScalePreset::None,
-            "dynamic" => LossScalePreset::Dynamic,
-            "torch" | "pytorch" => LossScalePreset::Torch,
-            "jmp" => LossScalePreset::Jmp,
-            "eformer" => LossScalePreset::Eformer,
-            "keras" => LossScalePreset::Keras,
-            "flax" => LossScalePreset::Flax,
-            "deepspeed" => LossScalePreset::DeepSpeed,
-            "megatron" => LossScalePreset::Megatron,
-            _ => match text.strip_prefix("static:") {
-                Some(value) => match value.trim().parse::<f32>() {
-                    Ok(scale) => LossScalePreset::Static(scale),
-                    Err(_) => {
-                        return Err(LossScaleError::UnknownPreset(format!(
-                            "`{s}`: the static scale must be a number, e.g. static:1024"
-                        )));
-                    }
-                },
-                None => {
-                    return Err(LossScaleError::UnknownPreset(format!(
-                        "unknown loss-scale preset `{s}`; accepted: {PRESET_NAMES}"
-                    )));
-                }
-            },
-        })
+        if let Some((preset, _)) = NAMES
+            .iter()
+            .find(|(_, names)| names.contains(&text.as_str()))
+        {
+            return Ok(*preset);
+        }
+        match text.strip_prefix("static:") {
+            Some(value) => value
+                .trim()
+                .parse::<f32>()
+                .map(LossScalePreset::Static)
+                .map_err(|_| {
+                    LossScaleError::UnknownPreset(format!(
+                        "`{s}`: the static scale must be a number, e.g. static:1024"
+                    ))
+                }),
+            None => Err(LossScaleError::UnknownPreset(format!(
+                "unknown loss-scale preset `{s}`; accepted: {PRESET_NAMES}"
+            ))),
+        }
     }
 }
 
 impl fmt::Display for LossScalePreset {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            LossScalePreset::Auto => "auto",
-            LossScalePreset::None => "none",
-            LossScalePreset::Dynamic => "dynamic",
-            LossScalePreset::Torch => "torch",
-            LossScalePreset::Jmp => "jmp",
-            LossScalePreset::Eformer => "eformer",
-            LossScalePreset::Keras => "keras",
-            LossScalePreset::Flax => "flax",
-            LossScalePreset::DeepSpeed => "deepspeed",
-            LossScalePreset::Megatron => "megatron",
-            LossScalePreset::Static(scale) => return write!(f, "static:{scale}"),
-        })
+        match self {
+            LossScalePreset::Static(scale) => write!(f, "static:{scale}"),
+            preset => {
+                let (_, names) = NAMES
+                    .iter()
+                    .find(|(p, _)| p == preset)
+                    .expect("every named preset is in the table");
+                f.write_str(names[0])
+            }
+        }
     }
 }
 

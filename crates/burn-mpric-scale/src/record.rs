@@ -12,7 +12,7 @@ use crate::clip::GlobalNormClip;
 use crate::config::LossScaleConfig;
 use crate::dynamic::DynamicLossScale;
 use crate::error::{LossScaleError, StateError};
-use crate::loss_scale::{LossScale, LossScaling};
+use crate::loss_scale::LossScale;
 use crate::noop::NoOpLossScale;
 use crate::outcome::ScalerStats;
 use crate::scaler::LossScaler;
@@ -127,7 +127,7 @@ impl LossScaler {
     /// assert_eq!((record.kind, record.scale, record.config), (LossScaleKind::Static, 512.0, None));
     /// ```
     pub fn to_record(&self) -> LossScalerRecord {
-        let (kind, counter, hysteresis_left, config) = match self.loss_scale() {
+        let (kind, counter, hysteresis_left, config) = match self.state() {
             LossScale::NoOp(_) => (LossScaleKind::NoOp, 0, 0, None),
             LossScale::Static(_) => (LossScaleKind::Static, 0, 0, None),
             LossScale::Dynamic(s) => (

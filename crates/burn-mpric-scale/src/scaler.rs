@@ -9,9 +9,10 @@ use crate::clip::{GlobalNormClip, GradSquares, global_norm_from_squares, grad_sq
 use crate::config::LossScaleConfig;
 use crate::error::{LossScaleError, StepError};
 use crate::keep_dtype::keeping_dtypes;
-use crate::loss_scale::{LossScale, LossScaling};
+use crate::loss_scale::LossScale;
 use crate::outcome::{ScalerStats, StepAction, StepOutcome};
 use crate::replicas::combine_finite_flags;
+use crate::scaling::LossScaling;
 use crate::unscale::{UnscaledGrads, read_bool, unscale_grads_with_norm};
 
 /// Loss scaling as a gradients transform around any Burn [`Optimizer`].
@@ -193,16 +194,17 @@ impl LossScaler {
         self.clip
     }
 
-    /// The loss scale state.
+    /// The loss scale's state: its kind, its value and (for a dynamic scale) its counters.
+    /// [`scale`](Self::scale) is its value.
     ///
     /// # Example
     ///
     /// ```
     /// use burn_mpric_scale::LossScaler;
     ///
-    /// assert!(LossScaler::default().loss_scale().as_dynamic().is_some());
+    /// assert!(LossScaler::default().state().as_dynamic().is_some());
     /// ```
-    pub fn loss_scale(&self) -> &LossScale {
+    pub fn state(&self) -> &LossScale {
         &self.loss_scale
     }
 
@@ -311,6 +313,46 @@ impl LossScaler {
             grad_norm: None,
             stats: self.stats,
         }
+    }
+
+    /// [`update`](Self::update) after [`check`](Self::check): updates the scale by the
+    /// checked step's finiteness and reports the step with its loss and gradient norm, as
+    /// every step function of this type does. For loops that run the optimizer themselves.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::optim::GradientsParams;
+    /// use burn::tensor::Tensor;
+    /// use burn_mpric_scale::{LossScaleConfig, LossScaler};
+    ///
+    /// type B = Autodiff<Flex>;
+    /// let device = Default::default();
+    /// let model: Linear<B> = LinearConfig::new(1, 1).with_bias(false).init(&device);
+    /// let mut scaler = LossScaler::dynamic(LossScaleConfig::new().with_initial_scale(4.0)).unwrap();
+    /// let scaled = scaler.scale_loss(model.forward(Tensor::<B, 2>::ones([1, 1], &device)).sum());
+    /// let grads = GradientsParams::from_grads(scaled.backward(), &model);
+    /// let checked = scaler.check(&model, grads, Some(scaled.clone())).unwrap();
+    /// let outcome = scaler.update_checked(&checked);
+    /// assert!(outcome.is_applied());
+    /// assert_eq!(outcome.loss, Some(scaled.into_scalar() / 4.0));
+    /// ```
+    pub fn update_checked(&mut self, checked: &CheckedGrads) -> StepOutcome {
+        self.update_finished(checked.finite, checked.loss, checked.grad_norm)
+    }
+
+    fn update_finished(
+        &mut self,
+        finite: bool,
+        loss: Option<f32>,
+        grad_norm: Option<f32>,
+    ) -> StepOutcome {
+        let mut outcome = self.update(finite);
+        outcome.loss = loss;
+        outcome.grad_norm = grad_norm;
+        outcome
     }
 
     /// One optimizer step over `grads` (computed from a loss scaled by
@@ -641,9 +683,7 @@ impl LossScaler {
         } else {
             module
         };
-        let mut outcome = self.update(checked.finite);
-        outcome.loss = checked.loss;
-        outcome.grad_norm = checked.grad_norm;
+        let outcome = self.update_finished(checked.finite, checked.loss, checked.grad_norm);
         (module, Ok(outcome))
     }
 

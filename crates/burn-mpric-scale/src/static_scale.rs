@@ -1,7 +1,7 @@
 //! A fixed loss scale.
 
 use crate::error::LossScaleError;
-use crate::loss_scale::LossScaling;
+use crate::limits::MIN_SCALE;
 
 /// A loss scale `S` that never changes (jmp `StaticLossScale`, DeepSpeed's static `loss_scale`).
 ///
@@ -24,7 +24,7 @@ pub struct StaticLossScale {
 
 impl StaticLossScale {
     /// A static scale; rejects anything that is not a finite f32 of at least
-    /// [`MIN_SCALE`](crate::MIN_SCALE).
+    /// [`MIN_SCALE`](MIN_SCALE).
     ///
     /// # Example
     ///
@@ -36,7 +36,7 @@ impl StaticLossScale {
     /// assert!(StaticLossScale::new(-2.0).is_err());
     /// ```
     pub fn new(scale: f32) -> Result<Self, LossScaleError> {
-        if scale.is_finite() && scale >= crate::MIN_SCALE {
+        if scale.is_finite() && scale >= MIN_SCALE {
             Ok(Self { scale })
         } else {
             Err(LossScaleError::InvalidScale {
@@ -45,14 +45,30 @@ impl StaticLossScale {
             })
         }
     }
-}
 
-impl LossScaling for StaticLossScale {
-    fn loss_scale(&self) -> f32 {
+    /// The fixed scale.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// assert_eq!(burn_mpric_scale::StaticLossScale::new(4.0).unwrap().loss_scale(), 4.0);
+    /// ```
+    pub fn loss_scale(&self) -> f32 {
         self.scale
     }
 
-    fn adjust(self, _grads_finite: bool) -> Self {
+    /// Itself: a static scale never changes.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_scale::StaticLossScale;
+    ///
+    /// let s = StaticLossScale::new(4.0).unwrap();
+    /// assert_eq!(s.adjust(false), s);
+    /// ```
+    #[must_use]
+    pub fn adjust(self, _grads_finite: bool) -> Self {
         self
     }
 }

@@ -5,7 +5,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Mutex;
 
 use burn::tensor::backend::Backend;
-use burn_mpric::{MixedPrecision, MpDevice, Policy, PolicyError, dtype_name};
+use burn_mpric::{MixedPrecision, MpDevice, Policy, PolicyError, ResolvedPolicy, dtype_name};
 
 use crate::error::RecipeError;
 use crate::recipe::{BackendName, BackendSpec};
@@ -237,5 +237,27 @@ pub fn mp_device<B: Backend>(
                 format!("{backend} could not start its device: {message}"),
             ))
         }
+    }
+}
+
+/// Starts a device of the backend with `policy` and returns the policy as it resolves there
+/// (`half` becomes f16 or bf16): what `mpric check` and `mpric policy` ask of a backend.
+///
+/// ```
+/// use burn_mpric_train::backend::{ResolvePolicy, dispatch};
+/// use burn_mpric_train::recipe::{BackendName, BackendSpec};
+///
+/// let spec = BackendSpec { name: BackendName::Flex, device: 0, devices: None };
+/// let resolved = dispatch(&spec, ResolvePolicy("c=half".parse().unwrap()))??;
+/// assert_eq!(resolved.to_string(), "p=f32,c=bf16,o=bf16");
+/// # Ok::<(), burn_mpric_train::RecipeError>(())
+/// ```
+pub struct ResolvePolicy(pub Policy);
+
+impl BackendTask for ResolvePolicy {
+    type Output = Result<ResolvedPolicy, RecipeError>;
+
+    fn run<B: Backend>(self, device: B::Device, backend: BackendName) -> Self::Output {
+        mp_device::<B>(device, self.0, backend).map(|d| d.policy())
     }
 }

@@ -42,7 +42,7 @@ use serde::{Deserialize, Serialize};
 
 use burn::backend::Flex;
 use burn_mpric::scale::LossScaler;
-use burn_mpric::{MixedPrecision, MpDevice, Policy, PolicyDType};
+use burn_mpric::{MixedPrecision, MpDevice, Policy};
 
 use crate::atomic::{sync_dir, write_synced};
 use crate::data::{DataPosition, Sampler};
@@ -572,20 +572,20 @@ const STATE_FILE: &str = "state.mpk";
 /// holds parameters at the dtype they train in: f16 under `pure_f16`.
 fn record_at<B: Backend, R: Record<B>>(
     record: R,
-    param: PolicyDType,
+    param: FloatDType,
 ) -> Result<Vec<u8>, RecorderError> {
     match param {
-        PolicyDType::Float(FloatDType::F16) => Recorder::<B>::record(
+        FloatDType::F16 => Recorder::<B>::record(
             &NamedMpkBytesRecorder::<HalfPrecisionSettings>::new(),
             record,
             (),
         ),
-        PolicyDType::Float(FloatDType::BF16) => Recorder::<B>::record(
+        FloatDType::BF16 => Recorder::<B>::record(
             &NamedMpkBytesRecorder::<Bf16PrecisionSettings>::new(),
             record,
             (),
         ),
-        PolicyDType::Float(FloatDType::F64) => Recorder::<B>::record(
+        FloatDType::F64 => Recorder::<B>::record(
             &NamedMpkBytesRecorder::<DoublePrecisionSettings>::new(),
             record,
             (),
@@ -727,7 +727,7 @@ pub(crate) fn save<B, O>(
     model: &Model<B>,
     optim: &O,
     state: &TrainState,
-    param: PolicyDType,
+    param: FloatDType,
 ) -> Result<Checkpoint, Error>
 where
     B: AutodiffBackend,

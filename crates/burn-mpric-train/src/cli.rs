@@ -3,11 +3,10 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use burn::tensor::backend::Backend;
-use burn_mpric::{Op, Policy, PrecisionSettings, dtype_name};
+use burn_mpric::{MpSettings, Op, Policy, dtype_name};
 use clap::{Args, Parser, Subcommand};
 
-use crate::backend::{BackendTask, dispatch, mp_device};
+use crate::backend::{ResolvePolicy, dispatch};
 use crate::error::Error;
 use crate::plan::Plan;
 use crate::recipe::{BackendName, BackendSpec};
@@ -134,28 +133,17 @@ pub(crate) fn run(cli: Cli) -> Result<(), Error> {
                 progress: !args.quiet,
                 log: !args.quiet,
             };
-            // A policy the backend cannot run is reported before anything is printed.
-            let policy = plan.check_backend()?;
-            if !args.quiet {
-                eprintln!(
-                    "training {}: {} steps of {} on {} {} ({policy}) -> {}",
-                    plan.label,
-                    plan.total_steps,
-                    plan.recipe.model.kind,
-                    plan.recipe.backend.name,
-                    plan.recipe.backend.describe_devices(),
-                    plan.recipe.output.display()
-                );
-            }
+            // The run starts the device once and announces itself (unless quiet) after the
+            // device accepted the policy.
             let summary = train(&plan, &options)?;
             emit(&summary_text(&plan, &summary));
             Ok(())
         }
         Command::Check(args) => {
             let plan = Plan::load(&args.recipe, &args.set)?;
-            let policy = plan.check_backend()?;
+            let check = plan.check_backend()?;
             let mut text = format!("{}: ok\n", plan.label);
-            for line in plan.describe(policy) {
+            for line in plan.describe(&check) {
                 text.push_str(&format!("  {line}\n"));
             }
             emit(&text);
@@ -228,19 +216,12 @@ fn explain_policy(args: &PolicyArgs) -> Result<(), Error> {
         .parse()
         .map_err(|e| Error::Usage(format!("policy `{}`: {e}", args.text)))?;
 
-    struct Resolve(Policy);
-    impl BackendTask for Resolve {
-        type Output = Result<Policy, crate::RecipeError>;
-        fn run<B: Backend>(self, device: B::Device, backend: BackendName) -> Self::Output {
-            mp_device::<B>(device, self.0, backend).map(|d| d.policy())
-        }
-    }
     let spec = BackendSpec {
         name: args.backend,
         device: args.device,
         devices: None,
     };
-    let resolved = dispatch(&spec, Resolve(policy))
+    let resolved = dispatch(&spec, ResolvePolicy(policy))
         .and_then(|r| r)
         .map_err(|e| Error::Usage(e.to_string()))?;
     use std::fmt::Write;
@@ -248,16 +229,15 @@ fn explain_policy(args: &PolicyArgs) -> Result<(), Error> {
     let _ = writeln!(o, "policy:  {resolved}");
     let _ = writeln!(o, "as written: {}", args.text);
     let _ = writeln!(o, "backend: {} device {}", args.backend, args.device);
-    if let Some((param, compute, output)) = resolved.dtypes() {
-        let _ = writeln!(o, "param dtype:   {}", dtype_name(param));
-        let _ = writeln!(o, "compute dtype: {}", dtype_name(compute));
-        let _ = writeln!(o, "output dtype:  {}", dtype_name(output));
-    }
+    let (param, compute, output) = resolved.dtypes();
+    let _ = writeln!(o, "param dtype:   {}", dtype_name(param));
+    let _ = writeln!(o, "compute dtype: {}", dtype_name(compute));
+    let _ = writeln!(o, "output dtype:  {}", dtype_name(output));
     let _ = writeln!(
         o,
         "op categories (compute: at the compute dtype; full: at f32 or wider; promote: at the widest input dtype):"
     );
-    let settings = PrecisionSettings::new(resolved);
+    let settings = MpSettings::new(resolved.into());
     for op in Op::ALL {
         let _ = writeln!(o, "  {}: {}", op.name(), settings.category(*op));
     }

@@ -10,7 +10,7 @@
 //! let output = std::env::temp_dir().join(format!("mpric-doc-lib-{}", std::process::id()));
 //! let overrides = ["steps=50".to_string(), format!("output={}", output.display())];
 //! let plan = Plan::load(recipe.as_ref(), &overrides)?;
-//! let policy = plan.check_backend()?; // the policy as the backend resolves it
+//! let policy = plan.check_backend()?.policy; // as the backend resolves it
 //! let summary = train(&plan, &TrainOptions { overwrite: true, ..TrainOptions::default() })?;
 //! assert_eq!(policy.to_string(), "p=f32,c=bf16,o=f32");
 //! assert_eq!(summary.step, 50);
@@ -52,6 +52,6 @@ pub mod rng;
 mod train;
 
 pub use error::{Error, RecipeError};
-pub use plan::Plan;
+pub use plan::{BackendCheck, Plan};
 pub use recipe::Recipe;
 pub use train::{Summary, TrainOptions, evaluate, train};

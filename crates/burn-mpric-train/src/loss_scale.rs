@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use burn_mpric::Policy;
+use burn_mpric::ResolvedPolicy;
 use burn_mpric::scale::{LossScaleConfig, LossScaleError, LossScaler, PRESET_NAMES, UpdateRule};
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -112,7 +112,8 @@ impl LossScaleTable {
             return Err(RecipeError::new(
                 "loss_scale.preset",
                 format!(
-                    "a loss-scale table describes a dynamic scale, so its preset must be one of dynamic, torch, jmp, eformer, keras, flax, deepspeed, megatron; got `{preset}` (write `loss_scale = \"{preset}\"` instead)"
+                    "a loss-scale table describes a dynamic scale, so its preset must be one of {}; got `{preset}` (write `loss_scale = \"{preset}\"` instead)",
+                    LossScalePreset::dynamic_names()
                 ),
             ));
         };
@@ -269,29 +270,34 @@ impl LossScaleSpec {
     /// f16 or bf16) and optional global-norm clipping.
     ///
     /// ```
-    /// use burn_mpric::Policy;
+    /// use burn_mpric::ResolvedPolicy;
     /// use burn_mpric_train::loss_scale::{LossScalePreset, LossScaleSpec};
     ///
     /// let auto = LossScaleSpec::Preset(LossScalePreset::Auto);
-    /// let f16: Policy = "mixed_f16".parse().unwrap();
+    /// let f16: ResolvedPolicy = "mixed_f16".parse().unwrap();
     /// assert_eq!(auto.scaler(f16, None).unwrap().scale(), 32768.0);
-    /// assert_eq!(auto.scaler(Policy::F32, Some(1.0)).unwrap().scale(), 1.0);
+    /// assert_eq!(auto.scaler(ResolvedPolicy::F32, Some(1.0)).unwrap().scale(), 1.0);
     /// ```
-    pub fn scaler(&self, policy: Policy, clip: Option<f32>) -> Result<LossScaler, RecipeError> {
-        let scaler =
-            match self {
-                LossScaleSpec::Preset(preset) => preset
-                    .scaler(policy.may_compute_in_f16())
+    pub fn scaler(
+        &self,
+        policy: ResolvedPolicy,
+        clip: Option<f32>,
+    ) -> Result<LossScaler, RecipeError> {
+        let scaler = match self {
+            LossScaleSpec::Preset(preset) => {
+                preset
+                    .scaler(policy.computes_in_f16())
                     .map_err(|err| match preset {
                         LossScalePreset::Static(_) => {
                             RecipeError::new("loss_scale", err.to_string())
                         }
                         _ => field_of(err),
-                    })?,
-                LossScaleSpec::Table(table) => {
-                    LossScaler::dynamic(table.config()?).map_err(field_of)?
-                }
-            };
+                    })?
+            }
+            LossScaleSpec::Table(table) => {
+                LossScaler::dynamic(table.config()?).map_err(field_of)?
+            }
+        };
         match clip {
             Some(norm) => scaler.with_clip_norm(norm).map_err(field_of),
             None => Ok(scaler),

@@ -4,15 +4,14 @@
 use std::path::Path;
 
 use burn::module::Module;
-use burn::tensor::backend::Backend;
-use burn_mpric::Policy;
+use burn_mpric::ResolvedPolicy;
 use burn_mpric::scale::LossScaler;
 
-use crate::backend::{BackendTask, dispatch, mp_device};
+use crate::backend::{ResolvePolicy, dispatch};
 use crate::data::Dataset;
 use crate::error::{Error, RecipeError};
 use crate::models::Model;
-use crate::recipe::{BackendName, ModelConfig, OptimizerConfig, Recipe};
+use crate::recipe::{ModelConfig, OptimizerConfig, Recipe};
 
 /// A recipe that passed every check that needs no backend, with its dataset loaded.
 ///
@@ -21,7 +20,7 @@ use crate::recipe::{BackendName, ModelConfig, OptimizerConfig, Recipe};
 ///
 /// let plan = Plan::new(Recipe::example(), "example")?;
 /// assert_eq!(plan.total_steps, 20);
-/// assert_eq!(plan.check_backend()?.to_string(), "p=f32,c=f32,o=f32");
+/// assert_eq!(plan.check_backend()?.policy.to_string(), "p=f32,c=f32,o=f32");
 /// # Ok::<(), burn_mpric_train::Error>(())
 /// ```
 #[derive(Debug, Clone)]
@@ -103,9 +102,10 @@ impl Plan {
         })
     }
 
-    /// Starts the recipe's backend device with its policy and returns the policy as the
-    /// device resolves it (`half` becomes f16 or bf16); a policy the backend cannot run is a
-    /// recipe error on the `policy` field. Also checks the loss scale for that policy.
+    /// Starts the recipe's backend device with its policy, once, and returns what it decided:
+    /// the policy as the device resolves it (`half` becomes f16 or bf16) and the loss scaler a
+    /// fresh run starts with. A policy the backend cannot run is a recipe error on the
+    /// `policy` field.
     ///
     /// ```
     /// use burn_mpric_train::{Plan, Recipe};
@@ -113,26 +113,21 @@ impl Plan {
     /// let mut recipe = Recipe::example();
     /// recipe.policy = "p=f32,c=half,o=f32".parse().unwrap();
     /// let plan = Plan::new(recipe.clone(), "r.toml")?;
-    /// assert_eq!(plan.check_backend()?.to_string(), "p=f32,c=bf16,o=f32"); // Flex runs bf16
+    /// let check = plan.check_backend()?;
+    /// assert_eq!(check.policy.to_string(), "p=f32,c=bf16,o=f32"); // Flex runs bf16
+    /// assert_eq!(check.scaler.scale(), 1.0); // bf16: no scaling
     /// recipe.backend.name = burn_mpric_train::recipe::BackendName::NdArray;
     /// let err = Plan::new(recipe, "r.toml")?.check_backend().unwrap_err();
     /// assert!(err.to_string().starts_with("r.toml: policy: "), "{err}");
     /// # Ok::<(), burn_mpric_train::Error>(())
     /// ```
-    pub fn check_backend(&self) -> Result<Policy, Error> {
-        struct Check(Policy);
-        impl BackendTask for Check {
-            type Output = Result<Policy, RecipeError>;
-            fn run<B: Backend>(self, device: B::Device, backend: BackendName) -> Self::Output {
-                mp_device::<B>(device, self.0, backend).map(|d| d.policy())
-            }
-        }
+    pub fn check_backend(&self) -> Result<BackendCheck, Error> {
         let in_file = |err: RecipeError| err.in_file(&self.label);
-        let policy = dispatch(&self.recipe.backend, Check(self.recipe.policy))
+        let policy = dispatch(&self.recipe.backend, ResolvePolicy(self.recipe.policy))
             .and_then(|r| r)
             .map_err(in_file)?;
-        self.scaler(policy).map_err(in_file)?;
-        Ok(policy)
+        let scaler = self.scaler(policy).map_err(in_file)?;
+        Ok(BackendCheck { policy, scaler })
     }
 
     /// The loss scaler of a fresh run under the resolved `policy`.
@@ -144,7 +139,7 @@ impl Plan {
     /// assert_eq!(plan.scaler("mixed_f16".parse().unwrap())?.scale(), 32768.0); // auto
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn scaler(&self, policy: Policy) -> Result<LossScaler, RecipeError> {
+    pub fn scaler(&self, policy: ResolvedPolicy) -> Result<LossScaler, RecipeError> {
         self.recipe
             .loss_scale
             .scaler(policy, self.recipe.clip_grad_norm)
@@ -169,16 +164,14 @@ impl Plan {
     /// use burn_mpric_train::{Plan, Recipe};
     ///
     /// let plan = Plan::new(Recipe::example(), "r")?;
-    /// let lines = plan.describe(plan.check_backend()?);
+    /// let lines = plan.describe(&plan.check_backend()?);
     /// assert!(lines[0].starts_with("model:      mlp"));
     /// # Ok::<(), burn_mpric_train::Error>(())
     /// ```
-    pub fn describe(&self, policy: Policy) -> Vec<String> {
+    pub fn describe(&self, check: &BackendCheck) -> Vec<String> {
         let r = &self.recipe;
-        let scaler = self
-            .scaler(policy)
-            .map(|s| format!("{} (initial scale {})", r.loss_scale, s.scale()))
-            .unwrap_or_else(|e| e.to_string());
+        let policy = check.policy;
+        let scaler = format!("{} (initial scale {})", r.loss_scale, check.scaler.scale());
         vec![
             format!(
                 "model:      {} ({} parameters)",
@@ -225,4 +218,13 @@ impl Plan {
             ),
         ]
     }
+}
+
+/// What starting the recipe's backend decided ([`Plan::check_backend`]).
+#[derive(Debug, Clone)]
+pub struct BackendCheck {
+    /// The policy as the device resolves it.
+    pub policy: ResolvedPolicy,
+    /// The loss scaler a fresh run starts with.
+    pub scaler: LossScaler,
 }

@@ -10,7 +10,7 @@ use burn::optim::{GradientsAccumulator, GradientsParams, Optimizer};
 use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Tensor};
 use burn_mpric::scale::LossScaler;
-use burn_mpric::{MixedPrecision, MpDevice, Policy};
+use burn_mpric::{MixedPrecision, MpDevice, Policy, ResolvedPolicy};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::backend::{BackendTask, dispatch, mp_device};
@@ -68,7 +68,7 @@ pub struct Summary {
     /// The output folder.
     pub output: PathBuf,
     /// The policy as the device resolved it.
-    pub policy: Policy,
+    pub policy: ResolvedPolicy,
     /// The step the run started from (0, or the checkpoint it resumed).
     pub start_step: u64,
     /// Steps done (the run's position now).
@@ -421,6 +421,17 @@ where
         plan.label, recipe.model.kind, recipe.backend.name, policy
     );
     let is_main = peers.is_main();
+    if is_main && options.log {
+        eprintln!(
+            "training {}: {} steps of {} on {} {} ({policy}) -> {}",
+            plan.label,
+            plan.total_steps,
+            recipe.model.kind,
+            recipe.backend.name,
+            recipe.backend.describe_devices(),
+            output.display()
+        );
+    }
     let bar = if is_main {
         progress_bar(options, start, total)
     } else {
@@ -597,17 +608,17 @@ where
 /// one to within f16 rounding rather than bit for bit. f32 params restore bit for bit.
 fn optimizer_state_device<B: Backend>(device: &MpDevice<B>) -> Result<MpDevice<B>, Error> {
     let policy = device.policy();
-    if policy.param() == burn_mpric::PolicyDType::Float(burn::tensor::FloatDType::F32) {
+    if policy.param() == burn::tensor::FloatDType::F32 {
         return Ok(device.clone());
     }
-    let wide = policy.with_param(burn::tensor::FloatDType::F32);
+    let wide = Policy::from(policy).with_param(burn::tensor::FloatDType::F32);
     MixedPrecision::<B>::device(device.inner().clone(), wide)
         .map_err(|e| Error::Internal(format!("the optimizer-state device: {e}")))
 }
 
 fn write_reports(
     plan: &Plan,
-    policy: Policy,
+    policy: ResolvedPolicy,
     rows: &[StepRow],
     evals: &[EvalRow],
     title: &str,

@@ -6,7 +6,7 @@ use burn_backend::{Backend, BackendTypes, DType, DTypeUsageSet, ExecutionError, 
 
 use crate::PolicyError;
 use crate::device::MpDevice;
-use crate::settings::PrecisionSettings;
+use crate::rules::MpSettings;
 use crate::tensor::{MpBool, MpFloat, MpInt, MpQuant};
 
 /// A Burn backend that runs any inner backend `B` under a mixed-precision policy: compute
@@ -47,7 +47,7 @@ pub struct MixedPrecision<B> {
 
 impl<B: Backend> MixedPrecision<B> {
     /// A device of this backend: `inner` running `settings` (a [`Policy`](crate::Policy) or
-    /// [`PrecisionSettings`]). A dtype the device can't run is an error here, never a panic
+    /// [`MpSettings`]). A dtype the device can't run is an error here, never a panic
     /// inside a kernel later.
     ///
     /// ```
@@ -59,7 +59,7 @@ impl<B: Backend> MixedPrecision<B> {
     /// ```
     pub fn device(
         inner: B::Device,
-        settings: impl Into<PrecisionSettings>,
+        settings: impl Into<MpSettings>,
     ) -> Result<MpDevice<B>, PolicyError> {
         MpDevice::new(inner, settings)
     }

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use burn_backend::{Backend, DeviceId, DeviceOps};
 
-use crate::settings::{Precision, PrecisionSettings};
+use crate::rules::{DeviceRules, MpSettings, Precision, ResolvedPolicy};
 use crate::{Policy, PolicyError};
 
 /// The device of a [`MixedPrecision`](crate::MixedPrecision) backend: the inner backend's
@@ -42,14 +42,11 @@ impl<B: Backend> MpDevice<B> {
     /// let err = MpDevice::<NdArray>::new(Default::default(), "mixed_f16".parse::<Policy>().unwrap());
     /// assert!(err.unwrap_err().to_string().contains("not supported"));
     /// ```
-    pub fn new(
-        inner: B::Device,
-        settings: impl Into<PrecisionSettings>,
-    ) -> Result<Self, PolicyError> {
-        let resolved = settings.into().resolve::<B>(&inner)?;
+    pub fn new(inner: B::Device, settings: impl Into<MpSettings>) -> Result<Self, PolicyError> {
+        let rules = DeviceRules::new::<B>(settings.into(), &inner)?;
         Ok(Self {
             inner,
-            precision: Precision(Arc::new(resolved)),
+            precision: Precision(Arc::new(rules)),
         })
     }
 
@@ -75,8 +72,8 @@ impl<B: Backend> MpDevice<B> {
     /// let d = MpDevice::<Flex>::new(Default::default(), "c=half".parse::<Policy>().unwrap()).unwrap();
     /// assert_eq!(d.policy().to_string(), "p=f32,c=bf16,o=bf16");
     /// ```
-    pub fn policy(&self) -> Policy {
-        self.precision.0.settings.policy()
+    pub fn policy(&self) -> ResolvedPolicy {
+        self.precision.0.policy
     }
 
     /// The settings: policy, op overrides, pure mode.
@@ -88,7 +85,7 @@ impl<B: Backend> MpDevice<B> {
     /// let d = MpDevice::<Flex>::default();
     /// assert_eq!(d.settings().category(Op::Matmul), OpCategory::Compute);
     /// ```
-    pub fn settings(&self) -> &PrecisionSettings {
+    pub fn settings(&self) -> &MpSettings {
         &self.precision.0.settings
     }
 

@@ -2,23 +2,24 @@
 #![warn(missing_docs)]
 
 mod backend;
-mod category;
 mod device;
 mod handler;
+#[cfg(any(test, feature = "instrument"))]
 pub mod instrument;
 mod ops;
 mod policy;
-mod settings;
+mod rules;
 mod tensor;
 
 pub use backend::MixedPrecision;
-pub use category::{Op, OpCategory, UnknownName};
 pub use device::MpDevice;
 pub use handler::{
     Castable, HandlerError, LossScaleSetting, ModuleParams, PrecisionHandler, TrainStepOutput,
 };
 pub use policy::{Policy, PolicyDType, PolicyError, dtype_name};
-pub use settings::{PrecisionSettings, full_precision};
+pub use rules::{
+    MpSettings, Op, OpCategory, ResolvedPolicy, UnknownName, full_precision, half_dtype,
+};
 pub use tensor::{MpBool, MpFloat, MpInt, MpQuant, casts_made};
 
 /// Casts every gradient of a module to its parameter's dtype: under mixed precision,

@@ -9,7 +9,7 @@ use burn::tensor::FloatDType;
 use burn_backend::{Backend, DType, QTensorPrimitive, Shape, TensorMetadata};
 use burn_std::quantization::QuantAcc;
 
-use crate::settings::Precision;
+use crate::rules::Precision;
 
 macro_rules! primitive {
     ($(#[$doc:meta])* $name:ident => $assoc:ident) => {
@@ -141,7 +141,7 @@ impl<B: Backend> MpFloat<B> {
             value,
         } = self;
         let inner = match value {
-            Some(value) if cached && target == precision.0.compute => value
+            Some(value) if cached && target == precision.0.policy.compute() => value
                 .compute_cast
                 .get_or_init(|| counted_cast::<B>(inner, target))
                 .clone(),

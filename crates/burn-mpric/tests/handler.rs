@@ -8,7 +8,7 @@ use burn::optim::{AdamConfig, SgdConfig};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, DType, FloatDType, Int, Tensor};
 use burn_mpric::scale::{LossScaleConfig, LossScaler};
-use burn_mpric::{Castable, ModuleParams, PolicyDType, PrecisionHandler};
+use burn_mpric::{Castable, ModuleParams, PrecisionHandler};
 
 type B = Autodiff<Flex>;
 
@@ -159,7 +159,7 @@ fn casts_walk_tensors_tuples_vecs_and_modules_leaving_ints_and_bools() {
     assert!(params.weight.val().is_require_grad());
 
     // A module cast to f16 by hand comes back to f32 params.
-    let ModuleParams(half) = ModuleParams(params).cast_floats(PolicyDType::Float(FloatDType::F16));
+    let ModuleParams(half) = ModuleParams(params).cast_floats(FloatDType::F16);
     assert_eq!(half.weight.val().dtype(), DType::F16);
     assert_eq!(handler.cast_params(half).weight.val().dtype(), DType::F32);
 }
@@ -192,7 +192,7 @@ fn casts_walk_arrays_maps_and_long_tuples() {
 
     let device = Default::default();
     let f = || Tensor::<Flex, 1>::ones([2], &device);
-    let half = PolicyDType::Float(FloatDType::F16);
+    let half = FloatDType::F16;
 
     let array = [f(), f(), f()].cast_floats(half);
     assert!(array.iter().all(|t| t.dtype() == DType::F16));

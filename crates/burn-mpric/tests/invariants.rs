@@ -275,15 +275,15 @@ fn two_policies_side_by_side_on_parallel_threads() {
 
 #[test]
 fn op_overrides_and_pure_mode() {
-    use burn_mpric::{Op, OpCategory, PrecisionSettings};
+    use burn_mpric::{MpSettings, Op, OpCategory};
     let policy: Policy = "mixed_bf16".parse().unwrap();
     let keep_attention =
-        PrecisionSettings::new(policy).with_category(Op::Matmul, OpCategory::FullPrecision);
+        MpSettings::new(policy).with_category(Op::Matmul, OpCategory::FullPrecision);
     let device = Mp::device(Default::default(), keep_attention).unwrap();
     let a = Tensor::<Mp, 2>::ones([2, 2], &device);
     assert_eq!(a.clone().matmul(a).dtype(), DType::F32);
 
-    let device = Mp::device(Default::default(), PrecisionSettings::new(policy).pure()).unwrap();
+    let device = Mp::device(Default::default(), MpSettings::new(policy).pure()).unwrap();
     let a = Tensor::<Mp, 1>::ones([2], &device);
     assert_eq!(a.clone().exp().dtype(), DType::BF16);
     assert_eq!(a.sum().dtype(), DType::BF16);

@@ -3,7 +3,7 @@
 use burn::backend::{Flex, NdArray};
 use burn::config::Config;
 use burn::tensor::FloatDType::{self, BF16, F16, F32, F64};
-use burn_mpric::{Policy, PolicyDType, PolicyError};
+use burn_mpric::{Policy, PolicyDType, PolicyError, ResolvedPolicy};
 use proptest::prelude::*;
 
 fn parse(text: &str) -> Result<Policy, PolicyError> {
@@ -14,8 +14,9 @@ fn parse(text: &str) -> Result<Policy, PolicyError> {
 fn triple(text: &str) -> (FloatDType, FloatDType, FloatDType) {
     parse(text)
         .unwrap_or_else(|e| panic!("`{text}` should parse: {e}"))
-        .dtypes()
-        .unwrap_or_else(|| panic!("`{text}` should be resolved"))
+        .try_into()
+        .map(|resolved: ResolvedPolicy| resolved.dtypes())
+        .unwrap_or_else(|e| panic!("`{text}` should be resolved: {e}"))
 }
 
 #[test]
@@ -49,13 +50,13 @@ fn half_stays_symbolic_until_resolved_and_then_matches_eformer_on_an_f16_platfor
     let all_half = parse("half").unwrap();
     assert_eq!(all_half.compute(), PolicyDType::Half);
     assert!(!all_half.is_resolved());
-    assert_eq!(all_half.resolve_half(F16).dtypes(), Some((F16, F16, F16)));
+    assert_eq!(all_half.resolve_half(F16).dtypes(), (F16, F16, F16));
 
     let c_half = parse("c=half").unwrap();
-    assert_eq!(c_half.resolve_half(F16).dtypes(), Some((F32, F16, F16)));
+    assert_eq!(c_half.resolve_half(F16).dtypes(), (F32, F16, F16));
     // Flex runs bf16, so `half` means bf16 there.
     let on_flex = c_half.resolve::<Flex>(&Default::default()).unwrap();
-    assert_eq!(on_flex.dtypes(), Some((F32, BF16, BF16)));
+    assert_eq!(on_flex.dtypes(), (F32, BF16, BF16));
 }
 
 #[test]
@@ -91,7 +92,7 @@ fn presets() {
     assert_eq!(triple("pure_bf16"), (BF16, BF16, BF16));
     assert_eq!(
         parse("mixed_half").unwrap().resolve_half(F16).dtypes(),
-        Some((F32, F16, F32))
+        (F32, F16, F32)
     );
 }
 
@@ -192,7 +193,7 @@ fn jmp_strings_give_jmps_triples() {
     );
     assert_eq!(
         parse("c=half").unwrap().resolve_half(F16).dtypes(),
-        Some((F32, F16, F16))
+        (F32, F16, F16)
     );
 }
 
@@ -205,7 +206,10 @@ fn display_round_trips_every_combination() {
                 let policy = Policy::new(p, c, o);
                 let text = policy.to_string();
                 assert_eq!(parse(&text), Ok(policy), "{text}");
-                assert_eq!(policy.dtypes(), Some((p, c, o)));
+                assert_eq!(
+                    ResolvedPolicy::try_from(policy).map(|r| r.dtypes()),
+                    Ok((p, c, o))
+                );
             }
         }
     }
@@ -255,8 +259,40 @@ fn resolving_against_a_device_that_cannot_run_the_policy_is_an_error() {
     );
     assert_eq!(
         Policy::F32.resolve::<NdArray>(&Default::default()),
-        Ok(Policy::F32)
+        Ok(ResolvedPolicy::F32)
     );
+}
+
+#[test]
+fn only_a_device_turns_half_into_a_dtype() {
+    // Without a device, `half` is refused and the error names the slot.
+    for (text, slot) in [
+        ("p=half", "param"),
+        ("c=half,o=f32", "compute"),
+        ("o=half", "output"),
+    ] {
+        let err = ResolvedPolicy::try_from(parse(text).unwrap()).unwrap_err();
+        assert_eq!(err, PolicyError::UnresolvedHalf { slot }, "{text}");
+        assert!(err.to_string().contains("resolve"), "{err}");
+        assert_eq!(text.parse::<ResolvedPolicy>(), Err(err));
+    }
+    // With one, the device decides: bf16 on Flex, which runs it.
+    let on_flex = parse("c=half")
+        .unwrap()
+        .resolve::<Flex>(&Default::default());
+    assert_eq!(
+        on_flex.map(|r| r.compute()),
+        Ok(burn_mpric::half_dtype::<Flex>(&Default::default()))
+    );
+    // A resolved policy keeps its text form, and its serde form is that text.
+    let resolved: ResolvedPolicy = "mixed_bf16".parse().unwrap();
+    let json = serde_json::to_string(&resolved).unwrap();
+    assert_eq!(json, "\"p=f32,c=bf16,o=f32\"");
+    assert_eq!(
+        serde_json::from_str::<ResolvedPolicy>(&json).unwrap(),
+        resolved
+    );
+    assert!(serde_json::from_str::<ResolvedPolicy>("\"half\"").is_err());
 }
 
 #[test]

@@ -8,17 +8,17 @@ use burn::tensor::activation::{log_softmax, softmax};
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Distribution, FloatDType, Tensor, TensorData};
 use burn_mpric::instrument::{Instrumented, OpRecord, record};
-use burn_mpric::{MixedPrecision, MpDevice, Policy, PrecisionSettings, full_precision};
+use burn_mpric::{MixedPrecision, MpDevice, MpSettings, Policy, full_precision};
 
 type Inner = Instrumented<Flex>;
 type Mp = MixedPrecision<Inner>;
 type Ad = Autodiff<Mp>;
 
-fn settings(policy: &str) -> PrecisionSettings {
-    PrecisionSettings::new(policy.parse::<Policy>().unwrap())
+fn settings(policy: &str) -> MpSettings {
+    MpSettings::new(policy.parse::<Policy>().unwrap())
 }
 
-fn device(settings: PrecisionSettings) -> MpDevice<Inner> {
+fn device(settings: MpSettings) -> MpDevice<Inner> {
     Mp::device(Default::default(), settings).unwrap()
 }
 

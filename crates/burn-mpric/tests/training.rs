@@ -201,5 +201,8 @@ fn a_policy_the_device_cannot_run_is_a_configuration_error() {
     let b = Tensor::<NdArray, 1>::from_floats([0.1, 0.7], &Default::default()).exp();
     assert_eq!(a.into_data(), b.into_data());
     // NdArray has no half: the default device falls back to full precision.
-    assert_eq!(MpDevice::<NdArray>::default().policy(), Policy::F32);
+    assert_eq!(
+        MpDevice::<NdArray>::default().policy(),
+        burn_mpric::ResolvedPolicy::F32
+    );
 }

@@ -7,22 +7,10 @@ use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, DType, FloatDType, Int, Tensor};
 
-use crate::PolicyDType;
-
-/// The concrete dtype of `slot` on `device`: `half` is bf16 where the device runs it, else f16.
-pub(crate) fn concrete<B: Backend>(slot: PolicyDType, device: &B::Device) -> FloatDType {
-    slot.resolve_half(if B::supports_dtype(device, DType::BF16) {
-        FloatDType::BF16
-    } else {
-        FloatDType::F16
-    })
-}
-
 fn cast_tensor<B: Backend, const D: usize>(
     tensor: Tensor<B, D>,
-    slot: PolicyDType,
+    dtype: FloatDType,
 ) -> Tensor<B, D> {
-    let dtype = concrete::<B>(slot, &tensor.device());
     if tensor.dtype() == DType::from(dtype) {
         tensor
     } else {
@@ -38,51 +26,51 @@ fn cast_tensor<B: Backend, const D: usize>(
 /// ```
 /// use burn::backend::Flex;
 /// use burn::tensor::{DType, FloatDType, Int, Tensor};
-/// use burn_mpric::{Castable, PolicyDType};
+/// use burn_mpric::Castable;
 ///
 /// let device = Default::default();
 /// let x = Tensor::<Flex, 1>::ones([2], &device);
 /// let ids = Tensor::<Flex, 1, Int>::ones([2], &device);
-/// let (x, ids) = (x, ids).cast_floats(PolicyDType::Float(FloatDType::F16));
+/// let (x, ids) = (x, ids).cast_floats(FloatDType::F16);
 /// assert_eq!((x.dtype(), ids.dtype()), (DType::F16, Tensor::<Flex, 1, Int>::ones([1], &device).dtype()));
 /// ```
 pub trait Castable<B: Backend>: Sized {
-    /// Casts every float tensor in `self` to `dtype` (resolving `half` against its device).
-    fn cast_floats(self, dtype: PolicyDType) -> Self;
+    /// Casts every float tensor in `self` to `dtype`.
+    fn cast_floats(self, dtype: FloatDType) -> Self;
 }
 
 impl<B: Backend, const D: usize> Castable<B> for Tensor<B, D> {
-    fn cast_floats(self, dtype: PolicyDType) -> Self {
+    fn cast_floats(self, dtype: FloatDType) -> Self {
         cast_tensor(self, dtype)
     }
 }
 
 impl<B: Backend, const D: usize> Castable<B> for Tensor<B, D, Int> {
-    fn cast_floats(self, _: PolicyDType) -> Self {
+    fn cast_floats(self, _: FloatDType) -> Self {
         self
     }
 }
 
 impl<B: Backend, const D: usize> Castable<B> for Tensor<B, D, Bool> {
-    fn cast_floats(self, _: PolicyDType) -> Self {
+    fn cast_floats(self, _: FloatDType) -> Self {
         self
     }
 }
 
 impl<B: Backend, T: Castable<B>> Castable<B> for Vec<T> {
-    fn cast_floats(self, dtype: PolicyDType) -> Self {
+    fn cast_floats(self, dtype: FloatDType) -> Self {
         self.into_iter().map(|t| t.cast_floats(dtype)).collect()
     }
 }
 
 impl<B: Backend, T: Castable<B>> Castable<B> for Option<T> {
-    fn cast_floats(self, dtype: PolicyDType) -> Self {
+    fn cast_floats(self, dtype: FloatDType) -> Self {
         self.map(|t| t.cast_floats(dtype))
     }
 }
 
 impl<B: Backend, T: Castable<B>, const N: usize> Castable<B> for [T; N] {
-    fn cast_floats(self, dtype: PolicyDType) -> Self {
+    fn cast_floats(self, dtype: FloatDType) -> Self {
         self.map(|t| t.cast_floats(dtype))
     }
 }
@@ -94,7 +82,7 @@ where
     V: Castable<B>,
     S: BuildHasher + Default,
 {
-    fn cast_floats(self, dtype: PolicyDType) -> Self {
+    fn cast_floats(self, dtype: FloatDType) -> Self {
         self.into_iter()
             .map(|(k, v)| (k, v.cast_floats(dtype)))
             .collect()
@@ -102,7 +90,7 @@ where
 }
 
 impl<B: Backend, K: Ord, V: Castable<B>> Castable<B> for BTreeMap<K, V> {
-    fn cast_floats(self, dtype: PolicyDType) -> Self {
+    fn cast_floats(self, dtype: FloatDType) -> Self {
         self.into_iter()
             .map(|(k, v)| (k, v.cast_floats(dtype)))
             .collect()
@@ -113,7 +101,7 @@ macro_rules! tuple_castable {
     ($($t:ident),+) => {
         impl<B: Backend, $($t: Castable<B>),+> Castable<B> for ($($t,)+) {
             #[allow(non_snake_case)]
-            fn cast_floats(self, dtype: PolicyDType) -> Self {
+            fn cast_floats(self, dtype: FloatDType) -> Self {
                 let ($($t,)+) = self;
                 ($($t.cast_floats(dtype),)+)
             }
@@ -142,23 +130,23 @@ tuple_castable!(A, C, D, E, F, G, H, I, J, K, L, M);
 /// use burn::backend::Flex;
 /// use burn::nn::LinearConfig;
 /// use burn::tensor::{DType, FloatDType};
-/// use burn_mpric::{Castable, ModuleParams, PolicyDType};
+/// use burn_mpric::{Castable, ModuleParams};
 ///
 /// let linear = LinearConfig::new(2, 2).init::<Flex>(&Default::default());
-/// let ModuleParams(linear) = ModuleParams(linear).cast_floats(PolicyDType::Float(FloatDType::BF16));
+/// let ModuleParams(linear) = ModuleParams(linear).cast_floats(FloatDType::BF16);
 /// assert_eq!(linear.weight.val().dtype(), DType::BF16);
 /// ```
 #[derive(Debug, Clone)]
 pub struct ModuleParams<M>(pub M);
 
-struct CastParams(PolicyDType);
+struct CastParams(FloatDType);
 
 impl<B: Backend> ModuleMapper<B> for CastParams {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        let slot = self.0;
+        let dtype = self.0;
         param.map(|tensor| {
             let trainable = tensor.is_require_grad();
-            let tensor = cast_tensor(tensor, slot).detach();
+            let tensor = cast_tensor(tensor, dtype).detach();
             if trainable {
                 tensor.require_grad()
             } else {
@@ -169,7 +157,7 @@ impl<B: Backend> ModuleMapper<B> for CastParams {
 }
 
 impl<B: Backend, M: Module<B>> Castable<B> for ModuleParams<M> {
-    fn cast_floats(self, dtype: PolicyDType) -> Self {
+    fn cast_floats(self, dtype: FloatDType) -> Self {
         ModuleParams(self.0.map(&mut CastParams(dtype)))
     }
 }

@@ -12,9 +12,14 @@ use burn_mpric_scale::{
 
 pub use cast::{Castable, ModuleParams};
 
-use crate::{Policy, PolicyError};
+use crate::{MpDevice, PolicyError, ResolvedPolicy};
 
-/// Casts values by a [`Policy`] and runs training steps with loss scaling.
+/// Casts values by a [`ResolvedPolicy`] and runs training steps with loss scaling.
+///
+/// The handler holds a policy that is already resolved: the policy of the device its tensors
+/// live on ([`from_device`](Self::from_device)), or one resolved against a device by
+/// [`Policy::resolve`](crate::Policy::resolve). Text that names `half` needs a device, so
+/// [`from_text`](Self::from_text) refuses it.
 ///
 /// Unlike the API it comes from, the loss is multiplied by the scale *inside* the
 /// differentiated computation, gradients come back unscaled (and at their parameters'
@@ -45,7 +50,7 @@ use crate::{Policy, PolicyError};
 /// ```
 #[derive(Debug, Clone)]
 pub struct PrecisionHandler {
-    policy: Policy,
+    policy: ResolvedPolicy,
     scaler: LossScaler,
 }
 
@@ -114,23 +119,44 @@ pub enum HandlerError {
 }
 
 impl PrecisionHandler {
-    /// A handler for `policy` with the loss scaling it calls for: a dynamic scale with the
-    /// default configuration (initial 2^15, interval 2000) when compute may be f16
-    /// (`f16` or `half`), and no scaling (non-finite steps still skipped) otherwise.
+    /// A handler for `policy` with the loss scaling it calls for
+    /// ([`LossScalePreset::Auto`]): a dynamic scale with the default configuration (initial
+    /// 2^15, interval 2000) when compute is f16, and no scaling (non-finite steps still
+    /// skipped) otherwise.
     ///
     /// ```
-    /// use burn_mpric::{Policy, PrecisionHandler};
+    /// use burn::backend::Flex;
+    /// use burn_mpric::{Policy, PrecisionHandler, ResolvedPolicy};
     ///
-    /// let h = PrecisionHandler::new("mixed_bf16".parse::<Policy>().unwrap());
+    /// let h = PrecisionHandler::new("mixed_bf16".parse::<ResolvedPolicy>().unwrap());
     /// assert_eq!(h.scaler().scale(), 1.0);
-    /// let h = PrecisionHandler::new("mixed_f16".parse::<Policy>().unwrap());
+    /// let h = PrecisionHandler::new("mixed_f16".parse::<ResolvedPolicy>().unwrap());
     /// assert_eq!(h.scaler().scale(), 32768.0);
+    /// // `half` is decided by a device: bf16 on Flex, so no scaling.
+    /// let half = "c=half".parse::<Policy>().unwrap().resolve::<Flex>(&Default::default()).unwrap();
+    /// assert_eq!(PrecisionHandler::new(half).scaler().scale(), 1.0);
     /// ```
-    pub fn new(policy: Policy) -> Self {
+    pub fn new(policy: ResolvedPolicy) -> Self {
         let scaler = LossScalePreset::Auto
-            .scaler(policy.may_compute_in_f16())
+            .scaler(policy.computes_in_f16())
             .expect("the default loss-scale configuration is valid");
         Self { policy, scaler }
+    }
+
+    /// A handler for the policy of `device`, a [`MixedPrecision`](crate::MixedPrecision)
+    /// device: the handler's casts and loss scale follow what the device's tensors run.
+    ///
+    /// ```
+    /// use burn::backend::Flex;
+    /// use burn_mpric::{MixedPrecision, Policy, PrecisionHandler};
+    ///
+    /// let device = MixedPrecision::<Flex>::device(Default::default(), "mixed_f16".parse::<Policy>().unwrap()).unwrap();
+    /// let h = PrecisionHandler::from_device(&device);
+    /// assert_eq!(h.policy(), device.policy());
+    /// assert_eq!(h.scaler().scale(), 32768.0);
+    /// ```
+    pub fn from_device<B: burn_backend::Backend>(device: &MpDevice<B>) -> Self {
+        Self::new(device.policy())
     }
 
     /// A handler for `policy` with the loss scaling of `loss_scale`, in one call (eformer's
@@ -138,10 +164,10 @@ impl PrecisionHandler {
     /// ready [`LossScaler`].
     ///
     /// ```
-    /// use burn_mpric::{Policy, PrecisionHandler};
+    /// use burn_mpric::{PrecisionHandler, ResolvedPolicy};
     /// use burn_mpric::scale::{LossScaleConfig, LossScalePreset};
     ///
-    /// let policy: Policy = "p=f32,c=f16,o=f32".parse().unwrap();
+    /// let policy: ResolvedPolicy = "p=f32,c=f16,o=f32".parse().unwrap();
     /// let h = PrecisionHandler::with_loss_scale(policy, LossScalePreset::Torch).unwrap();
     /// assert_eq!(h.scaler().scale(), 65536.0);
     /// let config = LossScaleConfig::new().with_initial_scale(1024.0).with_growth_interval(100);
@@ -150,11 +176,11 @@ impl PrecisionHandler {
     /// assert!(PrecisionHandler::with_loss_scale(policy, LossScaleConfig::new().with_initial_scale(0.0)).is_err());
     /// ```
     pub fn with_loss_scale(
-        policy: Policy,
+        policy: ResolvedPolicy,
         loss_scale: impl Into<LossScaleSetting>,
     ) -> Result<Self, HandlerError> {
         let scaler = match loss_scale.into() {
-            LossScaleSetting::Preset(preset) => preset.scaler(policy.may_compute_in_f16())?,
+            LossScaleSetting::Preset(preset) => preset.scaler(policy.computes_in_f16())?,
             LossScaleSetting::Config(config) => LossScaler::dynamic(config)?,
             LossScaleSetting::Scaler(scaler) => scaler,
         };
@@ -177,13 +203,16 @@ impl PrecisionHandler {
         Self::with_loss_scale(policy.parse()?, preset)
     }
 
-    /// A handler from policy text (see [`Policy`]'s grammar).
+    /// A handler from policy text (see [`Policy`](crate::Policy)'s grammar) that names no
+    /// `half` (resolve such a policy against a device first).
     ///
     /// ```
-    /// use burn_mpric::PrecisionHandler;
+    /// use burn_mpric::{PolicyError, PrecisionHandler, HandlerError};
     ///
     /// assert!(PrecisionHandler::from_text("p=f32,c=bf16,o=f32").is_ok());
     /// assert!(PrecisionHandler::from_text("p=f32,c=bf61").is_err());
+    /// let err = PrecisionHandler::from_text("c=half").unwrap_err();
+    /// assert!(matches!(err, HandlerError::Policy(PolicyError::UnresolvedHalf { slot: "compute" })));
     /// ```
     pub fn from_text(policy: &str) -> Result<Self, HandlerError> {
         Ok(Self::new(policy.parse()?))
@@ -192,10 +221,10 @@ impl PrecisionHandler {
     /// The same handler with another loss scaler.
     ///
     /// ```
-    /// use burn_mpric::{Policy, PrecisionHandler};
+    /// use burn_mpric::{PrecisionHandler, ResolvedPolicy};
     /// use burn_mpric_scale::LossScaler;
     ///
-    /// let h = PrecisionHandler::new(Policy::F32).with_scaler(LossScaler::fixed(128.0).unwrap());
+    /// let h = PrecisionHandler::new(ResolvedPolicy::F32).with_scaler(LossScaler::fixed(128.0).unwrap());
     /// assert_eq!(h.scaler().scale(), 128.0);
     /// ```
     pub fn with_scaler(mut self, scaler: LossScaler) -> Self {
@@ -206,20 +235,20 @@ impl PrecisionHandler {
     /// The policy.
     ///
     /// ```
-    /// use burn_mpric::{Policy, PrecisionHandler};
+    /// use burn_mpric::{PrecisionHandler, ResolvedPolicy};
     ///
-    /// assert_eq!(PrecisionHandler::new(Policy::F32).policy(), Policy::F32);
+    /// assert_eq!(PrecisionHandler::new(ResolvedPolicy::F32).policy(), ResolvedPolicy::F32);
     /// ```
-    pub fn policy(&self) -> Policy {
+    pub fn policy(&self) -> ResolvedPolicy {
         self.policy
     }
 
     /// The loss scaler (its scale, counters, configuration).
     ///
     /// ```
-    /// use burn_mpric::{Policy, PrecisionHandler};
+    /// use burn_mpric::{PrecisionHandler, ResolvedPolicy};
     ///
-    /// assert_eq!(PrecisionHandler::new(Policy::F32).scaler().stats().steps, 0);
+    /// assert_eq!(PrecisionHandler::new(ResolvedPolicy::F32).scaler().stats().steps, 0);
     /// ```
     pub fn scaler(&self) -> &LossScaler {
         &self.scaler
@@ -261,11 +290,11 @@ impl PrecisionHandler {
     /// use burn::backend::Flex;
     /// use burn::nn::LinearConfig;
     /// use burn::tensor::{DType, FloatDType};
-    /// use burn_mpric::{Castable, ModuleParams, PolicyDType, PrecisionHandler};
+    /// use burn_mpric::{Castable, ModuleParams, PrecisionHandler};
     ///
     /// let h = PrecisionHandler::from_text("mixed_f16").unwrap();
     /// let half = ModuleParams(LinearConfig::new(2, 2).init::<Flex>(&Default::default()))
-    ///     .cast_floats(PolicyDType::Float(FloatDType::F16)).0;
+    ///     .cast_floats(FloatDType::F16).0;
     /// assert_eq!(h.cast_params(half).weight.val().dtype(), DType::F32);
     /// ```
     pub fn cast_params<B: Backend, M: burn::module::Module<B>>(&self, module: M) -> M {
@@ -330,9 +359,7 @@ impl PrecisionHandler {
         let scaled = self.scaler.scale_loss(loss_fn(module));
         let grads = GradientsParams::from_grads(scaled.backward(), module);
         let checked = self.scaler.check(module, grads, Some(scaled))?;
-        let mut outcome = self.scaler.update(checked.finite);
-        outcome.loss = checked.loss;
-        outcome.grad_norm = checked.grad_norm;
+        let outcome = self.scaler.update_checked(&checked);
         Ok(TrainStepOutput {
             grads: checked.grads,
             outcome,

@@ -12,19 +12,19 @@ use crate::backend::MixedPrecision;
 macro_rules! activation_op_list {
     ($m:ident) => {
         $m! {
-            fn leaky_relu(tensor: FloatTensor<Self>, negative_slope: Scalar) -> FloatTensor<Self> => cat Unary;
-            fn relu(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Relu;
-            fn relu_backward(output: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> => cat ReluBackward;
-            fn gelu(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Gelu;
-            fn gelu_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> => cat GeluBackward;
-            fn prelu(tensor: FloatTensor<Self>, alpha: FloatTensor<Self>) -> FloatTensor<Self> => cat Prelu;
-            fn sigmoid(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Sigmoid;
-            fn sigmoid_backward(output: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> => cat SigmoidBackward;
-            fn hard_sigmoid(tensor: FloatTensor<Self>, alpha: Scalar, beta: Scalar) -> FloatTensor<Self> => cat Unary;
-            fn log_sigmoid(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat LogSigmoid;
-            fn log_sigmoid_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> => cat LogSigmoidBackward;
+            fn leaky_relu(tensor: FloatTensor<Self>, negative_slope: Scalar) -> FloatTensor<Self> => category LeakyRelu;
+            fn relu(tensor: FloatTensor<Self>) -> FloatTensor<Self> => category Relu;
+            fn relu_backward(output: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> => category ReluBackward;
+            fn gelu(tensor: FloatTensor<Self>) -> FloatTensor<Self> => category Gelu;
+            fn gelu_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> => category GeluBackward;
+            fn prelu(tensor: FloatTensor<Self>, alpha: FloatTensor<Self>) -> FloatTensor<Self> => category Prelu;
+            fn sigmoid(tensor: FloatTensor<Self>) -> FloatTensor<Self> => category Sigmoid;
+            fn sigmoid_backward(output: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> => category SigmoidBackward;
+            fn hard_sigmoid(tensor: FloatTensor<Self>, alpha: Scalar, beta: Scalar) -> FloatTensor<Self> => category HardSigmoid;
+            fn log_sigmoid(tensor: FloatTensor<Self>) -> FloatTensor<Self> => category LogSigmoid;
+            fn log_sigmoid_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> => category LogSigmoidBackward;
             fn softmax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => bounded Softmax;
-            fn log_softmax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => cat LogSoftmax;
+            fn log_softmax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => category LogSoftmax;
             fn softmin(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => bounded Softmin;
         }
     };

@@ -19,7 +19,7 @@ use burn_backend::{
 
 use crate::backend::MixedPrecision;
 use crate::device::MpDevice;
-use crate::settings::{InputDTypes, Precision};
+use crate::rules::{InputDTypes, Precision};
 use crate::tensor::{MpBool, MpFloat, MpInt, MpQuant};
 
 /// An argument of a decorated op.

@@ -3,7 +3,7 @@
 
 /// Implements the listed ops by forwarding to the inner backend `B`.
 ///
-/// `=> cat Op;` casts the float inputs as the op table says for `Op`;
+/// `=> category Op;` casts the float inputs as the op table says for `Op`;
 /// `=> plain;` forwards without casting (view, index, int and bool ops);
 /// `=> bounded [Op];` is the function of the same name in `ops/softmax.rs`, which follows the
 /// softmax's pieces (the op table's rule, plus what it knows of their range).
@@ -17,9 +17,9 @@ macro_rules! forward_ops {
         $crate::ops::softmax::$name::<B>($($arg),*)
     };
     (@body $kind:ident $($op:ident)? ; $name:ident ; $ret:ty ; $($arg:ident),*) => {{
-        let precision: $crate::settings::Precision = None
+        let precision: $crate::rules::Precision = None
             $(.into_iter().chain($crate::ops::args::Arg::<B>::precision(&$arg)))*
-            .reduce($crate::settings::Precision::preferred)
+            .reduce($crate::rules::Precision::preferred)
             .cloned()
             .expect("every decorated op has a tensor or device argument");
         $crate::ops::forward::forward_ops!(@cast $kind $($op)? ; precision ; $($arg),*);
@@ -29,10 +29,10 @@ macro_rules! forward_ops {
         )
     }};
     (@cast plain ; $precision:ident ; $($arg:ident),*) => {};
-    (@cast cat $op:ident ; $precision:ident ; $($arg:ident),*) => {
-        let mut inputs = $crate::settings::InputDTypes::default();
+    (@cast category $op:ident ; $precision:ident ; $($arg:ident),*) => {
+        let mut inputs = $crate::rules::InputDTypes::default();
         $( $crate::ops::args::Arg::<B>::collect(&$arg, &mut inputs); )*
-        let target = $precision.0.target($crate::category::Op::$op, &inputs);
+        let target = $precision.0.target($crate::rules::Op::$op, &inputs);
         $( let $arg = $crate::ops::args::Arg::<B>::cast(
             $arg,
             target,

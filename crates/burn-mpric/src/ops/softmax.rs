@@ -21,15 +21,15 @@
 //! A direct `softmax`/`softmin` call (a backend without autodiff) runs at f32 as the op table
 //! says, and its result is stored at the compute dtype. Only under policies that lower, with
 //! the ops in their default categories, outside [`full_precision`](crate::full_precision);
-//! [`PrecisionSettings::full_precision_softmax`](crate::PrecisionSettings::full_precision_softmax)
+//! [`MpSettings::full_precision_softmax`](crate::MpSettings::full_precision_softmax)
 //! turns it off.
 
 use burn::tensor::FloatDType;
 use burn_backend::{Backend, IntDType};
 
 use super::args::{Arg, float_dtype};
-use crate::category::Op;
-use crate::settings::{InputDTypes, Precision};
+use crate::rules::Op;
+use crate::rules::{InputDTypes, Precision};
 use crate::tensor::{Fact, MpFloat, MpInt};
 
 /// The dtype the op table casts `inputs` to for `op`.
@@ -65,7 +65,7 @@ fn store_bounded<B: Backend>(
     tensor: MpFloat<B>,
     sum: Option<(usize, B::FloatTensorPrimitive)>,
 ) -> MpFloat<B> {
-    let compute = Some(tensor.precision.0.compute);
+    let compute = Some(tensor.precision.0.policy.compute());
     let stored = Arg::<B>::cast(tensor, compute, false);
     MpFloat::with_fact(stored.inner, stored.precision, Fact::UnitInterval { sum })
 }
@@ -144,7 +144,7 @@ pub(crate) fn float_div<B: Backend>(lhs: MpFloat<B>, rhs: MpFloat<B>) -> MpFloat
             .0
             .stores_bounded_at_compute(Op::Div, float_dtype(&lhs.inner));
     if normalizes {
-        let rhs = Arg::<B>::cast(rhs, Some(lhs.precision.0.compute), false);
+        let rhs = Arg::<B>::cast(rhs, Some(lhs.precision.0.policy.compute()), false);
         let quotient = B::float_div(lhs.inner, rhs.inner);
         return MpFloat::with_fact(quotient, lhs.precision, Fact::UnitInterval { sum: None });
     }

@@ -27,7 +27,7 @@ fn default_float<B: Backend>() -> FloatDType {
 }
 
 /// A float tensor made on `device`, at the dtype a creation op that was asked for
-/// `requested` makes (see [`crate::settings::Resolved::creation_dtype`]).
+/// `requested` makes (see [`crate::rules::DeviceRules::creation_dtype`]).
 pub(crate) fn create<B: Backend>(
     device: &MpDevice<B>,
     requested: FloatDType,
@@ -48,24 +48,24 @@ macro_rules! float_op_list {
             fn float_cast(tensor: FloatTensor<Self>, dtype: FloatDType) -> FloatTensor<Self> => plain;
             fn float_repeat_dim(tensor: FloatTensor<Self>, dim: usize, times: usize) -> FloatTensor<Self> => plain;
 
-            fn float_add(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> => cat Add;
+            fn float_add(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> => category Add;
             fn float_sub(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> => bounded Sub;
-            fn float_mul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> => cat Mul;
+            fn float_mul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> => category Mul;
             fn float_div(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> => bounded Div;
-            fn float_remainder(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> => cat Remainder;
-            fn float_add_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> => cat Unary;
-            fn float_sub_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> => cat Unary;
-            fn float_mul_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> => cat Unary;
-            fn float_div_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> => cat Unary;
-            fn float_remainder_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> => cat Unary;
+            fn float_remainder(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> => category Remainder;
+            fn float_add_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> => category AddScalar;
+            fn float_sub_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> => category SubScalar;
+            fn float_mul_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> => category MulScalar;
+            fn float_div_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> => category DivScalar;
+            fn float_remainder_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> => category RemainderScalar;
             fn float_clamp_min(tensor: FloatTensor<Self>, min: Scalar) -> FloatTensor<Self> => plain;
             fn float_clamp_max(tensor: FloatTensor<Self>, max: Scalar) -> FloatTensor<Self> => plain;
             fn float_clamp(tensor: FloatTensor<Self>, min: Scalar, max: Scalar) -> FloatTensor<Self> => plain;
 
-            fn float_matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> => cat Matmul;
-            fn float_cross(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => cat Cross;
-            fn float_recip(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Recip;
-            fn float_neg(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Unary;
+            fn float_matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> => category Matmul;
+            fn float_cross(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => category Cross;
+            fn float_recip(tensor: FloatTensor<Self>) -> FloatTensor<Self> => category Recip;
+            fn float_neg(tensor: FloatTensor<Self>) -> FloatTensor<Self> => category Neg;
 
             fn float_swap_dims(tensor: FloatTensor<Self>, dim1: usize, dim2: usize) -> FloatTensor<Self> => plain;
             fn float_transpose(tensor: FloatTensor<Self>) -> FloatTensor<Self> => plain;
@@ -79,18 +79,18 @@ macro_rules! float_op_list {
             fn float_select(tensor: FloatTensor<Self>, dim: usize, indices: IntTensor<Self>) -> FloatTensor<Self> => plain;
             fn float_mask_fill(tensor: FloatTensor<Self>, mask: BoolTensor<Self>, value: Scalar) -> FloatTensor<Self> => plain;
 
-            fn float_scatter_add(dim: usize, tensor: FloatTensor<Self>, indices: IntTensor<Self>, value: FloatTensor<Self>) -> FloatTensor<Self> => cat ScatterAdd;
-            fn float_select_add(tensor: FloatTensor<Self>, dim: usize, indices: IntTensor<Self>, value: FloatTensor<Self>) -> FloatTensor<Self> => cat SelectAdd;
-            fn float_slice_assign(tensor: FloatTensor<Self>, slices: &[Slice], value: FloatTensor<Self>) -> FloatTensor<Self> => cat SliceAssign;
-            fn float_mask_where(tensor: FloatTensor<Self>, mask: BoolTensor<Self>, value: FloatTensor<Self>) -> FloatTensor<Self> => cat MaskWhere;
-            fn float_cat(tensors: Vec<FloatTensor<Self>>, dim: usize) -> FloatTensor<Self> => cat Cat;
+            fn float_scatter_add(dim: usize, tensor: FloatTensor<Self>, indices: IntTensor<Self>, value: FloatTensor<Self>) -> FloatTensor<Self> => category ScatterAdd;
+            fn float_select_add(tensor: FloatTensor<Self>, dim: usize, indices: IntTensor<Self>, value: FloatTensor<Self>) -> FloatTensor<Self> => category SelectAdd;
+            fn float_slice_assign(tensor: FloatTensor<Self>, slices: &[Slice], value: FloatTensor<Self>) -> FloatTensor<Self> => category SliceAssign;
+            fn float_mask_where(tensor: FloatTensor<Self>, mask: BoolTensor<Self>, value: FloatTensor<Self>) -> FloatTensor<Self> => category MaskWhere;
+            fn float_cat(tensors: Vec<FloatTensor<Self>>, dim: usize) -> FloatTensor<Self> => category Cat;
 
-            fn float_equal(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> => cat Equal;
-            fn float_not_equal(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> => cat NotEqual;
-            fn float_greater(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> => cat Greater;
-            fn float_greater_equal(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> => cat GreaterEqual;
-            fn float_lower(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> => cat Lower;
-            fn float_lower_equal(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> => cat LowerEqual;
+            fn float_equal(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> => category Equal;
+            fn float_not_equal(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> => category NotEqual;
+            fn float_greater(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> => category Greater;
+            fn float_greater_equal(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> => category GreaterEqual;
+            fn float_lower(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> => category Lower;
+            fn float_lower_equal(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self> => category LowerEqual;
             fn float_equal_elem(lhs: FloatTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self> => plain;
             fn float_not_equal_elem(lhs: FloatTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self> => plain;
             fn float_greater_elem(lhs: FloatTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self> => plain;
@@ -98,42 +98,42 @@ macro_rules! float_op_list {
             fn float_lower_elem(lhs: FloatTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self> => plain;
             fn float_lower_equal_elem(lhs: FloatTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self> => plain;
 
-            fn float_sum(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Sum;
+            fn float_sum(tensor: FloatTensor<Self>) -> FloatTensor<Self> => category Sum;
             fn float_sum_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => bounded SumDim;
-            fn float_mean(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Mean;
-            fn float_mean_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => cat MeanDim;
-            fn float_prod(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Prod;
-            fn float_prod_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => cat ProdDim;
-            fn float_cumsum(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => cat Cumsum;
-            fn float_cumprod(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => cat Cumprod;
+            fn float_mean(tensor: FloatTensor<Self>) -> FloatTensor<Self> => category Mean;
+            fn float_mean_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => category MeanDim;
+            fn float_prod(tensor: FloatTensor<Self>) -> FloatTensor<Self> => category Prod;
+            fn float_prod_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => category ProdDim;
+            fn float_cumsum(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => category Cumsum;
+            fn float_cumprod(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => category Cumprod;
             fn float_cummin(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => plain;
             fn float_cummax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => plain;
 
             fn float_exp(tensor: FloatTensor<Self>) -> FloatTensor<Self> => bounded Exp;
-            fn float_log(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Log;
-            fn float_log1p(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Log1p;
-            fn float_powf(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> => cat Powf;
-            fn float_powf_scalar(tensor: FloatTensor<Self>, value: Scalar) -> FloatTensor<Self> => cat PowfScalar;
-            fn float_powf_scalar_impl(tensor: FloatTensor<Self>, value: Scalar) -> FloatTensor<Self> => cat PowfScalar;
-            fn float_powi(lhs: FloatTensor<Self>, rhs: IntTensor<Self>) -> FloatTensor<Self> => cat Powi;
-            fn float_powi_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> => cat PowiScalar;
-            fn float_powi_scalar_impl(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> => cat PowiScalar;
-            fn float_sqrt(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Sqrt;
-            fn float_tan(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Tan;
-            fn float_sinh(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Sinh;
-            fn float_cosh(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Cosh;
-            fn float_asin(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Asin;
-            fn float_acos(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Acos;
-            fn float_erf(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Erf;
-            fn float_abs(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Unary;
-            fn float_cos(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Unary;
-            fn float_sin(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Unary;
-            fn float_tanh(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Unary;
-            fn float_acosh(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Unary;
-            fn float_asinh(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Unary;
-            fn float_atan(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Unary;
-            fn float_atanh(tensor: FloatTensor<Self>) -> FloatTensor<Self> => cat Unary;
-            fn float_atan2(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> => cat Atan2;
+            fn float_log(tensor: FloatTensor<Self>) -> FloatTensor<Self> => category Log;
+            fn float_log1p(tensor: FloatTensor<Self>) -> FloatTensor<Self> => category Log1p;
+            fn float_powf(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> => category Powf;
+            fn float_powf_scalar(tensor: FloatTensor<Self>, value: Scalar) -> FloatTensor<Self> => category PowfScalar;
+            fn float_powf_scalar_impl(tensor: FloatTensor<Self>, value: Scalar) -> FloatTensor<Self> => category PowfScalar;
+            fn float_powi(lhs: FloatTensor<Self>, rhs: IntTensor<Self>) -> FloatTensor<Self> => category Powi;
+            fn float_powi_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> => category PowiScalar;
+            fn float_powi_scalar_impl(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> => category PowiScalar;
+            fn float_sqrt(tensor: FloatTensor<Self>) -> FloatTensor<Self> => category Sqrt;
+            fn float_tan(tensor: FloatTensor<Self>) -> FloatTensor<Self> => category Tan;
+            fn float_sinh(tensor: FloatTensor<Self>) -> FloatTensor<Self> => category Sinh;
+            fn float_cosh(tensor: FloatTensor<Self>) -> FloatTensor<Self> => category Cosh;
+            fn float_asin(tensor: FloatTensor<Self>) -> FloatTensor<Self> => category Asin;
+            fn float_acos(tensor: FloatTensor<Self>) -> FloatTensor<Self> => category Acos;
+            fn float_erf(tensor: FloatTensor<Self>) -> FloatTensor<Self> => category Erf;
+            fn float_abs(tensor: FloatTensor<Self>) -> FloatTensor<Self> => category Abs;
+            fn float_cos(tensor: FloatTensor<Self>) -> FloatTensor<Self> => category Cos;
+            fn float_sin(tensor: FloatTensor<Self>) -> FloatTensor<Self> => category Sin;
+            fn float_tanh(tensor: FloatTensor<Self>) -> FloatTensor<Self> => category Tanh;
+            fn float_acosh(tensor: FloatTensor<Self>) -> FloatTensor<Self> => category Acosh;
+            fn float_asinh(tensor: FloatTensor<Self>) -> FloatTensor<Self> => category Asinh;
+            fn float_atan(tensor: FloatTensor<Self>) -> FloatTensor<Self> => category Atan;
+            fn float_atanh(tensor: FloatTensor<Self>) -> FloatTensor<Self> => category Atanh;
+            fn float_atan2(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> => category Atan2;
             fn float_round(tensor: FloatTensor<Self>) -> FloatTensor<Self> => plain;
             fn float_floor(tensor: FloatTensor<Self>) -> FloatTensor<Self> => plain;
             fn float_ceil(tensor: FloatTensor<Self>) -> FloatTensor<Self> => plain;
@@ -161,8 +161,8 @@ macro_rules! float_op_list {
             fn float_sort(tensor: FloatTensor<Self>, dim: usize, descending: bool) -> FloatTensor<Self> => plain;
             fn float_sort_with_indices(tensor: FloatTensor<Self>, dim: usize, descending: bool, indices_dtype: IntDType) -> (FloatTensor<Self>, IntTensor<Self>) => plain;
             fn float_argsort(tensor: FloatTensor<Self>, dim: usize, descending: bool, out_dtype: IntDType) -> IntTensor<Self> => plain;
-            fn float_grid_sample_2d(tensor: FloatTensor<Self>, grid: FloatTensor<Self>, options: GridSampleOptions) -> FloatTensor<Self> => cat GridSample2d;
-            fn float_scatter_nd(data: FloatTensor<Self>, indices: IntTensor<Self>, values: FloatTensor<Self>, reduction: IndexingUpdateOp) -> FloatTensor<Self> => cat ScatterNd;
+            fn float_grid_sample_2d(tensor: FloatTensor<Self>, grid: FloatTensor<Self>, options: GridSampleOptions) -> FloatTensor<Self> => category GridSample2d;
+            fn float_scatter_nd(data: FloatTensor<Self>, indices: IntTensor<Self>, values: FloatTensor<Self>, reduction: IndexingUpdateOp) -> FloatTensor<Self> => category ScatterNd;
             fn float_gather_nd(data: FloatTensor<Self>, indices: IntTensor<Self>) -> FloatTensor<Self> => plain;
             fn float_detach(tensor: FloatTensor<Self>) -> FloatTensor<Self> => plain;
             fn float_set_require_grad(tensor: FloatTensor<Self>, require_grad: bool) -> FloatTensor<Self> => plain;

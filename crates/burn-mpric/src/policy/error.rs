@@ -90,4 +90,12 @@ pub enum PolicyError {
         /// The float dtypes the device does support.
         supported: Vec<FloatDType>,
     },
+    /// A slot is `half`, which only a device can turn into a dtype.
+    #[error(
+        "the {slot} dtype is `half`, which depends on the device (bf16 where it runs bf16, else f16): resolve the policy against a device (`Policy::resolve`), or name f16 or bf16"
+    )]
+    UnresolvedHalf {
+        /// Which slot (`param`, `compute` or `output`).
+        slot: &'static str,
+    },
 }

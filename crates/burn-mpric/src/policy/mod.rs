@@ -6,21 +6,11 @@ mod parse;
 
 use core::fmt;
 
-use burn::tensor::backend::Backend;
-use burn::tensor::{DType, FloatDType};
+use burn::tensor::FloatDType;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 pub use dtype::{PolicyDType, dtype_name};
 pub use error::PolicyError;
-
-/// Every float dtype Burn knows, in the order error messages list them.
-const ALL_FLOAT_DTYPES: [FloatDType; 5] = [
-    FloatDType::F64,
-    FloatDType::F32,
-    FloatDType::Flex32,
-    FloatDType::F16,
-    FloatDType::BF16,
-];
 
 /// A mixed-precision policy: the dtype parameters are stored in, the dtype computation runs
 /// in, and the dtype results are handed back in.
@@ -192,24 +182,6 @@ impl Policy {
         }
     }
 
-    /// Whether the compute dtype is f16, or `half` (f16 on devices without bf16): the policies
-    /// that call for loss scaling (see
-    /// [`LossScalePreset::Auto`](burn_mpric_scale::LossScalePreset::Auto)).
-    ///
-    /// ```
-    /// use burn_mpric::Policy;
-    ///
-    /// assert!("mixed_f16".parse::<Policy>().unwrap().may_compute_in_f16());
-    /// assert!("c=half".parse::<Policy>().unwrap().may_compute_in_f16());
-    /// assert!(!"mixed_bf16".parse::<Policy>().unwrap().may_compute_in_f16());
-    /// ```
-    pub fn may_compute_in_f16(&self) -> bool {
-        matches!(
-            self.compute(),
-            PolicyDType::Float(FloatDType::F16) | PolicyDType::Half
-        )
-    }
-
     /// True when parameters, compute and output share one dtype: the policy changes nothing.
     ///
     /// ```
@@ -231,87 +203,9 @@ impl Policy {
     /// assert!("c=f16".parse::<Policy>().unwrap().is_resolved());
     /// ```
     pub fn is_resolved(&self) -> bool {
-        self.slots().iter().all(|(_, d)| d.float().is_some())
-    }
-
-    /// The three dtypes when the policy is resolved (no `half` left), as (param, compute, output).
-    ///
-    /// ```
-    /// use burn::tensor::FloatDType;
-    /// use burn_mpric::Policy;
-    ///
-    /// let p: Policy = "mixed_bf16".parse().unwrap();
-    /// assert_eq!(p.dtypes(), Some((FloatDType::F32, FloatDType::BF16, FloatDType::F32)));
-    /// assert_eq!("half".parse::<Policy>().unwrap().dtypes(), None);
-    /// ```
-    pub fn dtypes(&self) -> Option<(FloatDType, FloatDType, FloatDType)> {
-        Some((
-            self.param.float()?,
-            self.compute.float()?,
-            self.output.float()?,
-        ))
-    }
-
-    /// Replaces every `half` slot with `half`.
-    ///
-    /// ```
-    /// use burn::tensor::FloatDType;
-    /// use burn_mpric::Policy;
-    ///
-    /// let p: Policy = "c=half,o=f32".parse().unwrap();
-    /// assert_eq!(p.resolve_half(FloatDType::F16).to_string(), "p=f32,c=f16,o=f32");
-    /// ```
-    pub fn resolve_half(self, half: FloatDType) -> Self {
-        let r = |d: PolicyDType| PolicyDType::Float(d.resolve_half(half));
-        Self::from_slots(r(self.param), r(self.compute), r(self.output))
-    }
-
-    /// Resolves the policy against a device: `half` becomes bf16 where the device supports
-    /// it, else f16; then every dtype must be one the device supports
-    /// ([`Backend::supports_dtype`]), or the error names the slot, the dtype and what the
-    /// device does support.
-    ///
-    /// ```
-    /// use burn::backend::{Flex, NdArray};
-    /// use burn_mpric::{Policy, PolicyError};
-    ///
-    /// let p: Policy = "p=f32,c=half".parse().unwrap();
-    /// let on_flex = p.resolve::<Flex>(&Default::default()).unwrap();
-    /// assert_eq!(on_flex.to_string(), "p=f32,c=bf16,o=bf16");
-    ///
-    /// let err = "mixed_f16".parse::<Policy>().unwrap().resolve::<NdArray>(&Default::default());
-    /// assert!(matches!(err, Err(PolicyError::UnsupportedByDevice { slot: "compute", .. })));
-    /// ```
-    pub fn resolve<B: Backend>(&self, device: &B::Device) -> Result<Self, PolicyError> {
-        let supports = |dtype: FloatDType| B::supports_dtype(device, DType::from(dtype));
-        let half = if supports(FloatDType::BF16) {
-            FloatDType::BF16
-        } else {
-            FloatDType::F16
-        };
-        let resolved = self.resolve_half(half);
-        for (slot, dtype) in resolved.slots() {
-            let dtype = dtype.resolve_half(half);
-            if !supports(dtype) {
-                return Err(PolicyError::UnsupportedByDevice {
-                    slot,
-                    dtype,
-                    supported: ALL_FLOAT_DTYPES
-                        .into_iter()
-                        .filter(|d| supports(*d))
-                        .collect(),
-                });
-            }
-        }
-        Ok(resolved)
-    }
-
-    fn slots(&self) -> [(&'static str, PolicyDType); 3] {
-        [
-            ("param", self.param),
-            ("compute", self.compute),
-            ("output", self.output),
-        ]
+        [self.param, self.compute, self.output]
+            .iter()
+            .all(|d| d.float().is_some())
     }
 }
 

@@ -93,7 +93,7 @@ macro_rules! op_table {
             /// Every op, in table order.
             pub const ALL: &'static [Op] = &[$($( Op::$op, )*)*];
 
-            /// The category the op runs in unless a [`PrecisionSettings`](crate::PrecisionSettings)
+            /// The category the op runs in unless an [`MpSettings`](crate::MpSettings)
             /// overrides it.
             ///
             /// ```
@@ -229,7 +229,22 @@ op_table! {
         Sigmoid = "sigmoid",
         SigmoidBackward = "sigmoid_backward",
         LogSigmoidBackward = "log_sigmoid_backward",
-        Unary = "unary",
+        AddScalar = "add_scalar",
+        SubScalar = "sub_scalar",
+        MulScalar = "mul_scalar",
+        DivScalar = "div_scalar",
+        RemainderScalar = "remainder_scalar",
+        Neg = "neg",
+        Abs = "abs",
+        Cos = "cos",
+        Sin = "sin",
+        Tanh = "tanh",
+        Acosh = "acosh",
+        Asinh = "asinh",
+        Atan = "atan",
+        Atanh = "atanh",
+        LeakyRelu = "leaky_relu",
+        HardSigmoid = "hard_sigmoid",
     ]
 }
 
