@@ -8,9 +8,9 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::backend::{ResolvePolicy, dispatch};
 use crate::error::Error;
-use crate::plan::Plan;
+use crate::recipe::plan::Plan;
 use crate::recipe::{BackendName, BackendSpec};
-use crate::train::{Summary, TrainOptions, train};
+use crate::run::{Summary, TrainOptions, train};
 
 /// Train Burn models from recipe files, with mixed precision.
 #[derive(Debug, Parser)]

@@ -86,7 +86,7 @@ lr = 0.003
 }
 
 /// Reads `metrics.json` of an output folder.
-pub fn metrics(output: &Path) -> burn_mpric_train::metrics::MetricsFile {
+pub fn metrics(output: &Path) -> burn_mpric_train::report::metrics::MetricsFile {
     let bytes = std::fs::read(output.join("metrics.json")).unwrap();
     serde_json::from_slice(&bytes).unwrap()
 }

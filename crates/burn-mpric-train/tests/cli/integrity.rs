@@ -6,9 +6,9 @@
 use std::path::Path;
 use std::process::Stdio;
 
+use burn_mpric_train::checkpoint::manifest::Manifest;
+use burn_mpric_train::checkpoint::record_layout::record_tensors;
 use burn_mpric_train::checkpoint::{self, Verified};
-use burn_mpric_train::manifest::Manifest;
-use burn_mpric_train::record_layout::record_tensors;
 
 use crate::common::{fresh_dir, metrics, mpric, run, run_ok, small_recipe, write_recipe};
 
@@ -368,7 +368,7 @@ fn until_then_resume_writes_the_metrics_of_the_uninterrupted_run() {
         "the stop still reports a held-out loss: {first}"
     );
     let (a, b) = (metrics(&dir.join("straight")), metrics(&dir.join("out")));
-    let untimed = |rows: &[burn_mpric_train::metrics::StepRow]| -> Vec<String> {
+    let untimed = |rows: &[burn_mpric_train::report::metrics::StepRow]| -> Vec<String> {
         rows.iter()
             .map(|r| {
                 format!(

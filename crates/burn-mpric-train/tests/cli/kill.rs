@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use burn_mpric_train::checkpoint;
-use burn_mpric_train::metrics::CSV_HEADER;
+use burn_mpric_train::report::metrics::CSV_HEADER;
 
 use crate::common::{fresh_dir, metrics, mpric, run_ok, small_recipe, write_recipe};
 
@@ -43,7 +43,7 @@ fn assert_all_files_valid(output: &Path, expect_complete: bool) {
         assert_eq!(lines[0], CSV_HEADER);
         // Each file is replaced atomically, the pair is not: a kill between the two renames
         // leaves the CSV one checkpoint ahead of the JSON. Where both have a step, they agree.
-        let from_json = burn_mpric_train::metrics::csv(&m.steps);
+        let from_json = burn_mpric_train::report::metrics::csv(&m.steps);
         let from_json: Vec<&str> = from_json.lines().collect();
         let common = lines.len().min(from_json.len());
         assert_eq!(

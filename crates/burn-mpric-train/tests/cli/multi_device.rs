@@ -94,7 +94,7 @@ fn two_replicas_follow_the_single_device_run(name: &str, strategy: &str) {
     // One row per step, not one per replica, with the same skip decisions and scales.
     assert_eq!(a.steps.len(), 40);
     assert_eq!(b.steps.len(), 40);
-    let decisions = |rows: &[burn_mpric_train::metrics::StepRow]| -> Vec<(bool, f32)> {
+    let decisions = |rows: &[burn_mpric_train::report::metrics::StepRow]| -> Vec<(bool, f32)> {
         rows.iter().map(|r| (r.skipped, r.loss_scale)).collect()
     };
     assert_eq!(decisions(&a.steps), decisions(&b.steps));

@@ -22,7 +22,7 @@ fn final_losses(dir: &std::path::Path, output: &str, policy: &str) -> (f32, f32,
     );
     let m = metrics(&dir.join(output));
     assert_eq!(m.steps.len(), 60);
-    let mean = |rows: &[burn_mpric_train::metrics::StepRow]| {
+    let mean = |rows: &[burn_mpric_train::report::metrics::StepRow]| {
         rows.iter().map(|r| r.loss.unwrap()).sum::<f32>() / rows.len() as f32
     };
     let first = mean(&m.steps[..10]);

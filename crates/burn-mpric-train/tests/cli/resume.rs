@@ -57,7 +57,7 @@ fn assert_same_run(a: &Path, b: &Path) {
 
     let (ma, mb) = (metrics(a), metrics(b));
     assert_eq!(ma.steps.len(), 40);
-    let untimed = |rows: &[burn_mpric_train::metrics::StepRow]| -> Vec<_> {
+    let untimed = |rows: &[burn_mpric_train::report::metrics::StepRow]| -> Vec<_> {
         rows.iter().map(|r| r.untimed()).collect()
     };
     assert_eq!(untimed(&ma.steps), untimed(&mb.steps), "metric rows differ");
@@ -208,7 +208,7 @@ fn split_equals_straight(name: &str, text: &str, until: u64) -> Verified {
     );
     assert_eq!(a.state.scaler, b.state.scaler);
     assert_eq!(a.state.data, b.state.data);
-    let untimed = |rows: &[burn_mpric_train::metrics::StepRow]| -> Vec<_> {
+    let untimed = |rows: &[burn_mpric_train::report::metrics::StepRow]| -> Vec<_> {
         rows.iter().map(|r| r.untimed()).collect()
     };
     assert_eq!(untimed(&a.state.steps), untimed(&b.state.steps));

@@ -30,6 +30,7 @@ macro_rules! activation_op_list {
     };
 }
 
+#[cfg_attr(not(any(test, feature = "instrument")), allow(unused_imports))]
 pub(crate) use activation_op_list;
 
 impl<B: Backend> ActivationOps<Self> for MixedPrecision<B> {

@@ -330,6 +330,7 @@ macro_rules! for_passive_types {
     };
 }
 
+#[cfg_attr(not(any(test, feature = "instrument")), allow(unused_imports))]
 pub(crate) use for_passive_types;
 
 for_passive_types!(passive);

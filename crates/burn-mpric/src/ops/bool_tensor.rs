@@ -51,6 +51,7 @@ macro_rules! bool_op_list {
     };
 }
 
+#[cfg_attr(not(any(test, feature = "instrument")), allow(unused_imports))]
 pub(crate) use bool_op_list;
 
 impl<B: Backend> BoolTensorOps<Self> for MixedPrecision<B> {

@@ -120,6 +120,7 @@ macro_rules! int_op_list {
     };
 }
 
+#[cfg_attr(not(any(test, feature = "instrument")), allow(unused_imports))]
 pub(crate) use int_op_list;
 
 impl<B: Backend> IntTensorOps<Self> for MixedPrecision<B> {

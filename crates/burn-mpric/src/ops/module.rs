@@ -81,6 +81,7 @@ macro_rules! module_op_list {
     };
 }
 
+#[cfg_attr(not(any(test, feature = "instrument")), allow(unused_imports))]
 pub(crate) use module_op_list;
 
 impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {

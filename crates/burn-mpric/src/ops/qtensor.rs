@@ -96,6 +96,7 @@ macro_rules! q_op_list {
     };
 }
 
+#[cfg_attr(not(any(test, feature = "instrument")), allow(unused_imports))]
 pub(crate) use q_op_list;
 
 impl<B: Backend> QTensorOps<Self> for MixedPrecision<B> {

@@ -170,6 +170,7 @@ macro_rules! float_op_list {
     };
 }
 
+#[cfg_attr(not(any(test, feature = "instrument")), allow(unused_imports))]
 pub(crate) use float_op_list;
 
 impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {

@@ -4,8 +4,6 @@
 //! replica writes the metrics, evaluations and checkpoints.
 
 use std::marker::PhantomData;
-use std::sync::Barrier;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn::collective::{CollectiveConfig, PeerId, finish_collective, register};
 use burn::module::Module;
@@ -14,28 +12,8 @@ use burn_mpric::{MixedPrecision, MpDevice};
 
 use crate::error::Error;
 use crate::models::Model;
-use crate::optim::{Ad, with_optimizer};
-use crate::train::{Loop, Peers, Run, Summary};
-
-/// Where the replicas of a collective run meet at the end of each step, after the first one
-/// has written its reports: a failure there stops every replica at that step (a replica that
-/// went on alone would wait in the next all-reduce forever).
-pub(crate) struct StepTurn {
-    barrier: Barrier,
-    failed: AtomicBool,
-}
-
-impl StepTurn {
-    /// Waits for every replica; `failed` says whether this one failed. Returns whether any
-    /// replica failed.
-    pub(crate) fn end_step(&self, failed: bool) -> bool {
-        if failed {
-            self.failed.store(true, Ordering::SeqCst);
-        }
-        self.barrier.wait();
-        self.failed.load(Ordering::SeqCst)
-    }
-}
+use crate::run::optim::{Ad, with_optimizer};
+use crate::run::train::{Loop, Peers, Run, StepTurn, Summary};
 
 /// A registered peer, unregistered however its thread ends.
 struct Registered<B: Backend>(PeerId, PhantomData<B>);
@@ -66,10 +44,7 @@ pub(crate) fn train<B: Backend>(
     let (plan, recipe) = (run.plan, &run.plan.recipe);
     let model =
         Model::<Ad<B>>::init_seeded(&plan.model, plan.data.dims(), recipe.seed, &replicas[0]);
-    let turn = StepTurn {
-        barrier: Barrier::new(count),
-        failed: AtomicBool::new(false),
-    };
+    let turn = StepTurn::new(count);
     let results: Vec<Result<Summary, Error>> = std::thread::scope(|s| {
         let threads: Vec<_> = replicas
             .into_iter()

@@ -22,6 +22,11 @@
 //! lr = 0.01
 //! ```
 
+pub mod document;
+pub mod loss_scale;
+pub mod overrides;
+pub mod plan;
+
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -31,8 +36,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{Error, RecipeError};
-use crate::loss_scale::LossScaleSpec;
-use crate::overrides::apply_overrides;
+use crate::recipe::loss_scale::LossScaleSpec;
+use crate::recipe::overrides::apply_overrides;
 
 /// A training recipe, as written in the file (after `--set` overrides).
 ///
@@ -1064,7 +1069,7 @@ impl Recipe {
                 .unwrap_or_default();
             RecipeError::new("", format!("TOML syntax error at {position}{message}")).in_file(label)
         })?;
-        let value = crate::document::from_toml(toml::Value::Table(table), "")
+        let value = crate::recipe::document::from_toml(toml::Value::Table(table), "")
             .map_err(|err| err.in_file(label))?;
         Self::from_value(value, label, overrides)
     }

@@ -3,6 +3,8 @@
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use burn::module::{AutodiffModule, Module};
@@ -13,18 +15,17 @@ use burn_mpric::scale::LossScaler;
 use burn_mpric::{MixedPrecision, MpDevice, Policy, ResolvedPolicy};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::backend::{BackendTask, dispatch, mp_device};
+use crate::backend::dispatch;
 use crate::checkpoint::{self, Checkpoint, STATE_FORMAT_VERSION, TrainState};
 use crate::data::{Dataset, Sampler};
 use crate::error::{Error, RecipeError};
-use crate::lock::RunLock;
-use crate::metrics::{self, EvalRow, MetricsFile, StepRow};
 use crate::models::Model;
-use crate::optim::{Ad, OptimizerTask, with_optimizer};
-use crate::plan::Plan;
-use crate::plot;
-use crate::recipe::{BackendName, Strategy};
-use crate::resume;
+use crate::recipe::plan::Plan;
+use crate::report::metrics::{self, EvalRow, MetricsFile, StepRow};
+use crate::report::plot;
+use crate::run::lock::RunLock;
+use crate::run::optim::{Ad, OptimizerTask};
+use crate::run::resume;
 
 /// How to run a plan.
 ///
@@ -171,44 +172,35 @@ pub(crate) struct Run<'a> {
     resume: Option<(Checkpoint, TrainState)>,
 }
 
-impl BackendTask for Run<'_> {
-    type Output = Result<Summary, Error>;
+/// Where the replicas of a collective run meet at the end of each step, after the first one
+/// has written its reports: a failure there stops every replica at that step (a replica that
+/// went on alone would wait in the next all-reduce forever).
+#[cfg_attr(not(feature = "ddp"), allow(dead_code))]
+pub(crate) struct StepTurn {
+    barrier: Barrier,
+    failed: AtomicBool,
+}
 
-    fn run<B: Backend>(self, device: B::Device, backend: BackendName) -> Self::Output {
-        self.run_on::<B>(vec![device], backend)
-    }
-
-    fn run_on<B: Backend>(self, devices: Vec<B::Device>, backend: BackendName) -> Self::Output {
-        let replicas = devices
-            .into_iter()
-            .map(|d| mp_device::<B>(d, self.plan.recipe.policy, backend))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| e.in_file(&self.plan.label))?;
-        if replicas.len() > 1 && self.plan.recipe.strategy == Some(Strategy::Ddp) {
-            return ddp_train(self, replicas);
+impl StepTurn {
+    /// A meeting point for `count` replicas.
+    #[cfg_attr(not(feature = "ddp"), allow(dead_code))]
+    pub(crate) fn new(count: usize) -> Self {
+        Self {
+            barrier: Barrier::new(count),
+            failed: AtomicBool::new(false),
         }
-        with_optimizer::<B, _>(
-            self.plan.optimizer,
-            Loop {
-                run: self,
-                replicas,
-                peers: Peers::Local,
-                model: None,
-            },
-        )
     }
-}
 
-#[cfg(feature = "ddp")]
-fn ddp_train<B: Backend>(run: Run<'_>, replicas: Vec<MpDevice<B>>) -> Result<Summary, Error> {
-    crate::ddp::train(run, replicas)
-}
-
-#[cfg(not(feature = "ddp"))]
-fn ddp_train<B: Backend>(_: Run<'_>, _: Vec<MpDevice<B>>) -> Result<Summary, Error> {
-    Err(Error::Internal(
-        "strategy `ddp` needs the `ddp` feature of burn-mpric-train".into(),
-    ))
+    /// Waits for every replica; `failed` says whether this one failed. Returns whether any
+    /// replica failed.
+    #[cfg_attr(not(feature = "ddp"), allow(dead_code))]
+    pub(crate) fn end_step(&self, failed: bool) -> bool {
+        if failed {
+            self.failed.store(true, Ordering::SeqCst);
+        }
+        self.barrier.wait();
+        self.failed.load(Ordering::SeqCst)
+    }
 }
 
 /// How the replicas of a step combine their gradients.
@@ -223,7 +215,7 @@ pub(crate) enum Peers<'a> {
     Collective {
         peer: usize,
         count: usize,
-        turn: &'a crate::ddp::StepTurn,
+        turn: &'a StepTurn,
     },
     #[cfg(not(feature = "ddp"))]
     #[allow(dead_code)]

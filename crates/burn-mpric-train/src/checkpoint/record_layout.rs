@@ -18,7 +18,7 @@ use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 /// One tensor of a record.
 ///
 /// ```
-/// use burn_mpric_train::record_layout::RecordTensor;
+/// use burn_mpric_train::checkpoint::record_layout::RecordTensor;
 ///
 /// let t = RecordTensor { path: "layers.0.weight".into(), id: None, shape: vec![4, 8], dtype: "F32".into() };
 /// assert_eq!(t.to_string(), "`layers.0.weight` [4, 8] F32");
@@ -51,7 +51,7 @@ impl fmt::Display for RecordTensor {
 /// use burn::module::Module;
 /// use burn::nn::LinearConfig;
 /// use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
-/// use burn_mpric_train::record_layout::record_tensors;
+/// use burn_mpric_train::checkpoint::record_layout::record_tensors;
 ///
 /// let linear = LinearConfig::new(3, 2).init::<Flex>(&Default::default());
 /// let recorder = NamedMpkBytesRecorder::<FullPrecisionSettings>::new();
@@ -75,7 +75,7 @@ pub fn record_tensors(bytes: &[u8]) -> Result<Vec<RecordTensor>, String> {
 /// use burn::nn::LinearConfig;
 /// use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
 /// use burn::tensor::Tensor;
-/// use burn_mpric_train::record_layout::non_finite_tensors;
+/// use burn_mpric_train::checkpoint::record_layout::non_finite_tensors;
 ///
 /// let device = Default::default();
 /// let mut linear = LinearConfig::new(2, 2).init::<Flex>(&device);

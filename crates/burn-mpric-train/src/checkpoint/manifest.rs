@@ -10,26 +10,26 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::record_layout::{RecordTensor, record_tensors};
+use crate::checkpoint::record_layout::{RecordTensor, record_tensors};
 
 /// The manifest's file name inside a checkpoint folder.
 ///
 /// ```
-/// assert_eq!(burn_mpric_train::manifest::MANIFEST_FILE, "manifest.json");
+/// assert_eq!(burn_mpric_train::checkpoint::manifest::MANIFEST_FILE, "manifest.json");
 /// ```
 pub const MANIFEST_FILE: &str = "manifest.json";
 
 /// The largest manifest read (a manifest lists a few files and one line per tensor).
 ///
 /// ```
-/// assert_eq!(burn_mpric_train::manifest::MAX_MANIFEST_BYTES, 16 << 20);
+/// assert_eq!(burn_mpric_train::checkpoint::manifest::MAX_MANIFEST_BYTES, 16 << 20);
 /// ```
 pub const MAX_MANIFEST_BYTES: u64 = 16 << 20;
 
 /// Size and content hash of one file.
 ///
 /// ```
-/// use burn_mpric_train::manifest::FileDigest;
+/// use burn_mpric_train::checkpoint::manifest::FileDigest;
 ///
 /// let digest = FileDigest::of(b"abc");
 /// assert_eq!(digest.bytes, 3);
@@ -48,7 +48,7 @@ impl FileDigest {
     /// The digest of `content`.
     ///
     /// ```
-    /// use burn_mpric_train::manifest::FileDigest;
+    /// use burn_mpric_train::checkpoint::manifest::FileDigest;
     ///
     /// assert_ne!(FileDigest::of(b"a"), FileDigest::of(b"b"));
     /// ```
@@ -68,7 +68,7 @@ impl FileDigest {
 /// What a checkpoint folder must hold.
 ///
 /// ```
-/// use burn_mpric_train::manifest::Manifest;
+/// use burn_mpric_train::checkpoint::manifest::Manifest;
 ///
 /// let dir = std::env::temp_dir().join(format!("mpric-doc-manifest-{}", std::process::id()));
 /// std::fs::create_dir_all(&dir).unwrap();
@@ -103,7 +103,7 @@ impl Manifest {
     /// records when given.
     ///
     /// ```
-    /// use burn_mpric_train::manifest::Manifest;
+    /// use burn_mpric_train::checkpoint::manifest::Manifest;
     ///
     /// let manifest = Manifest::new(1, &[("a", b"1".as_slice()), ("b", b"22".as_slice())], None)?;
     /// assert_eq!(manifest.files["b"].bytes, 2);
@@ -136,7 +136,7 @@ impl Manifest {
     /// Reads the manifest of a checkpoint folder.
     ///
     /// ```
-    /// use burn_mpric_train::manifest::Manifest;
+    /// use burn_mpric_train::checkpoint::manifest::Manifest;
     ///
     /// let err = Manifest::read("no/such/checkpoint".as_ref()).unwrap_err();
     /// assert!(err.starts_with("manifest.json: missing"), "{err}");
@@ -160,7 +160,7 @@ impl Manifest {
     /// The manifest as the JSON written to disk.
     ///
     /// ```
-    /// use burn_mpric_train::manifest::Manifest;
+    /// use burn_mpric_train::checkpoint::manifest::Manifest;
     ///
     /// let manifest = Manifest::new(3, &[], None)?;
     /// assert!(manifest.to_json().contains("\"step\": 3"));
@@ -214,8 +214,8 @@ fn read_limited(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
 /// dtypes, in the same order. `what` names the record in messages.
 ///
 /// ```
-/// use burn_mpric_train::manifest::same_layout;
-/// use burn_mpric_train::record_layout::RecordTensor;
+/// use burn_mpric_train::checkpoint::manifest::same_layout;
+/// use burn_mpric_train::checkpoint::record_layout::RecordTensor;
 ///
 /// let t = |path: &str, shape: Vec<u64>| RecordTensor { path: path.into(), id: None, shape, dtype: "F32".into() };
 /// let expected = [t("w", vec![4, 8]), t("b", vec![8])];
@@ -263,8 +263,8 @@ pub fn same_layout(
 /// path starts with that parameter's id) with the parameter's shape.
 ///
 /// ```
-/// use burn_mpric_train::manifest::optimizer_fits;
-/// use burn_mpric_train::record_layout::RecordTensor;
+/// use burn_mpric_train::checkpoint::manifest::optimizer_fits;
+/// use burn_mpric_train::checkpoint::record_layout::RecordTensor;
 ///
 /// let t = |path: &str, id: Option<&str>, shape: Vec<u64>| RecordTensor {
 ///     path: path.into(), id: id.map(Into::into), shape, dtype: "F32".into(),

@@ -11,7 +11,7 @@ use crate::error::Error;
 /// One training step.
 ///
 /// ```
-/// use burn_mpric_train::metrics::{StepRow, csv};
+/// use burn_mpric_train::report::metrics::{StepRow, csv};
 ///
 /// let row = StepRow { step: 1, epoch: 0, lr: 0.01, loss: Some(1.1), accuracy: None, loss_scale: 1.0,
 ///     skipped: false, skipped_total: 0, grad_norm: None, step_ms: 2.5 };
@@ -45,7 +45,7 @@ impl StepRow {
     /// The row without its timing, for comparing runs.
     ///
     /// ```
-    /// use burn_mpric_train::metrics::StepRow;
+    /// use burn_mpric_train::report::metrics::StepRow;
     ///
     /// let a = StepRow { step: 1, epoch: 0, lr: 0.1, loss: None, accuracy: None, loss_scale: 1.0,
     ///     skipped: true, skipped_total: 1, grad_norm: None, step_ms: 1.0 };
@@ -68,8 +68,8 @@ impl StepRow {
 /// # let mut recipe = burn_mpric_train::Recipe::example();
 /// # recipe.output = dir.clone();
 /// # let plan = burn_mpric_train::Plan::new(recipe, "doc")?;
-/// # let summary = burn_mpric_train::train(&plan, &Default::default())?;
-/// let metrics: burn_mpric_train::metrics::MetricsFile =
+/// # let summary = burn_mpric_train::run::train(&plan, &Default::default())?;
+/// let metrics: burn_mpric_train::report::metrics::MetricsFile =
 ///     serde_json::from_slice(&std::fs::read(dir.join("metrics.json")).unwrap()).unwrap();
 /// let eval = metrics.eval.last().unwrap();
 /// assert_eq!((eval.step, eval.predictions), (20, 30));
@@ -97,8 +97,8 @@ pub struct EvalRow {
 /// # let mut recipe = burn_mpric_train::Recipe::example();
 /// # recipe.output = dir.clone();
 /// # let plan = burn_mpric_train::Plan::new(recipe, "doc")?;
-/// # let summary = burn_mpric_train::train(&plan, &Default::default())?;
-/// let metrics: burn_mpric_train::metrics::MetricsFile =
+/// # let summary = burn_mpric_train::run::train(&plan, &Default::default())?;
+/// let metrics: burn_mpric_train::report::metrics::MetricsFile =
 ///     serde_json::from_slice(&std::fs::read(dir.join("metrics.json")).unwrap()).unwrap();
 /// assert_eq!(metrics.steps.len(), 20);
 /// assert_eq!(metrics.policy, "p=f32,c=f32,o=f32");
@@ -124,7 +124,7 @@ pub struct MetricsFile {
 /// The CSV header.
 ///
 /// ```
-/// assert!(burn_mpric_train::metrics::CSV_HEADER.starts_with("step,epoch,lr,loss"));
+/// assert!(burn_mpric_train::report::metrics::CSV_HEADER.starts_with("step,epoch,lr,loss"));
 /// ```
 pub const CSV_HEADER: &str =
     "step,epoch,lr,loss,accuracy,loss_scale,skipped,skipped_total,grad_norm,step_ms";
@@ -136,7 +136,7 @@ fn opt(value: Option<f32>) -> String {
 /// The rows as CSV text (header first; empty cells for values that do not apply).
 ///
 /// ```
-/// use burn_mpric_train::metrics::{csv, CSV_HEADER};
+/// use burn_mpric_train::report::metrics::{csv, CSV_HEADER};
 ///
 /// assert_eq!(csv(&[]), format!("{CSV_HEADER}\n"));
 /// ```
@@ -166,7 +166,7 @@ pub fn csv(rows: &[StepRow]) -> String {
 /// Writes `metrics.csv` and `metrics.json` into `dir`, each atomically.
 ///
 /// ```
-/// use burn_mpric_train::metrics::{write, MetricsFile};
+/// use burn_mpric_train::report::metrics::{write, MetricsFile};
 ///
 /// let dir = std::env::temp_dir().join(format!("mpric-doc-metrics-{}", std::process::id()));
 /// std::fs::create_dir_all(&dir).unwrap();

@@ -13,7 +13,7 @@ use crate::error::RecipeError;
 /// of `value` (empty for the whole document).
 ///
 /// ```
-/// use burn_mpric_train::document::from_toml;
+/// use burn_mpric_train::recipe::document::from_toml;
 ///
 /// let table: toml::Value = toml::from_str("steps = 5\n[optimizer]\nlr = nan").unwrap();
 /// let err = from_toml(table, "").unwrap_err();

@@ -7,7 +7,7 @@ use plotters::prelude::*;
 
 use crate::atomic::write_atomic;
 use crate::error::Error;
-use crate::metrics::{EvalRow, StepRow};
+use crate::report::metrics::{EvalRow, StepRow};
 
 const SIZE: (u32, u32) = (900, 500);
 
@@ -65,8 +65,8 @@ fn padded(values: impl Iterator<Item = f64>) -> (f64, f64) {
 /// The loss curve as SVG text: training loss per step (line) and held-out loss (dots).
 ///
 /// ```
-/// use burn_mpric_train::metrics::StepRow;
-/// use burn_mpric_train::plot::loss_svg;
+/// use burn_mpric_train::report::metrics::StepRow;
+/// use burn_mpric_train::report::plot::loss_svg;
 ///
 /// let rows: Vec<StepRow> = (1..=5).map(|s| StepRow { step: s, epoch: 0, lr: 0.1,
 ///     loss: Some(1.0 / s as f32), accuracy: None, loss_scale: 1.0, skipped: false,
@@ -153,8 +153,8 @@ pub fn loss_svg(rows: &[StepRow], eval: &[EvalRow], title: &str) -> Result<Strin
 /// crosses.
 ///
 /// ```
-/// use burn_mpric_train::metrics::StepRow;
-/// use burn_mpric_train::plot::loss_scale_svg;
+/// use burn_mpric_train::report::metrics::StepRow;
+/// use burn_mpric_train::report::plot::loss_scale_svg;
 ///
 /// let rows: Vec<StepRow> = (1..=4).map(|s| StepRow { step: s, epoch: 0, lr: 0.1, loss: None,
 ///     accuracy: None, loss_scale: 65536.0 / s as f32, skipped: s == 2, skipped_total: 0,
@@ -228,7 +228,7 @@ pub fn loss_scale_svg(rows: &[StepRow], title: &str) -> Result<String, String> {
 /// ```
 /// let dir = std::env::temp_dir().join(format!("mpric-doc-plot-{}", std::process::id()));
 /// std::fs::create_dir_all(&dir).unwrap();
-/// burn_mpric_train::plot::write(&dir, &[], &[], "empty run").unwrap();
+/// burn_mpric_train::report::plot::write(&dir, &[], &[], "empty run").unwrap();
 /// assert!(std::fs::read_to_string(dir.join("loss.svg")).unwrap().starts_with("<svg"));
 /// # std::fs::remove_dir_all(&dir).unwrap();
 /// ```

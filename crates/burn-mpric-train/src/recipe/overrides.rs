@@ -10,7 +10,7 @@ use crate::error::Error;
 /// one, taken as a plain string (`mixed_f16`, `runs/x`).
 ///
 /// ```
-/// use burn_mpric_train::overrides::parse_override;
+/// use burn_mpric_train::recipe::overrides::parse_override;
 /// use serde_json::json;
 ///
 /// assert_eq!(parse_override("steps=20").unwrap(), (vec!["steps".to_string()], json!(20)));
@@ -48,7 +48,9 @@ pub fn parse_override(arg: &str) -> Result<(Vec<String>, Value), Error> {
     let raw = raw.trim();
     let value = match toml::from_str::<toml::Table>(&format!("v = {raw}")) {
         Ok(mut table) => match table.remove("v") {
-            Some(v) => crate::document::from_toml(v, key.trim()).map_err(|e| fail(&e.message))?,
+            Some(v) => {
+                crate::recipe::document::from_toml(v, key.trim()).map_err(|e| fail(&e.message))?
+            }
             None => Value::String(raw.to_string()),
         },
         Err(_) => Value::String(raw.to_string()),
@@ -59,7 +61,7 @@ pub fn parse_override(arg: &str) -> Result<(Vec<String>, Value), Error> {
 /// Applies `key=value` overrides to a parsed recipe document, in order.
 ///
 /// ```
-/// use burn_mpric_train::overrides::apply_overrides;
+/// use burn_mpric_train::recipe::overrides::apply_overrides;
 /// use serde_json::json;
 ///
 /// let mut doc = json!({"steps": 100, "optimizer": {"lr": 0.1}});

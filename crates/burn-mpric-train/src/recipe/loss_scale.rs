@@ -15,7 +15,7 @@ pub use burn_mpric::scale::LossScalePreset;
 /// The growth rule of a dynamic loss scale, by name.
 ///
 /// ```
-/// use burn_mpric_train::loss_scale::RuleName;
+/// use burn_mpric_train::recipe::loss_scale::RuleName;
 ///
 /// let rule: RuleName = serde_json::from_str("\"flax\"").unwrap();
 /// assert_eq!(rule, RuleName::Flax);
@@ -58,7 +58,7 @@ impl From<RuleName> for UpdateRule {
 /// ```
 ///
 /// ```
-/// use burn_mpric_train::loss_scale::LossScaleTable;
+/// use burn_mpric_train::recipe::loss_scale::LossScaleTable;
 ///
 /// let table: LossScaleTable = serde_json::from_str(r#"{"preset": "torch", "growth_interval": 100}"#).unwrap();
 /// let config = table.config().unwrap();
@@ -101,7 +101,7 @@ impl LossScaleTable {
     /// field.
     ///
     /// ```
-    /// use burn_mpric_train::loss_scale::LossScaleTable;
+    /// use burn_mpric_train::recipe::loss_scale::LossScaleTable;
     ///
     /// let table = LossScaleTable { growth_factor: Some(0.5), ..Default::default() };
     /// assert_eq!(table.config().unwrap_err().field, "loss_scale.growth_factor");
@@ -169,7 +169,7 @@ fn field_of(err: LossScaleError) -> RecipeError {
 /// The recipe's `loss_scale`: a preset name or a table.
 ///
 /// ```
-/// use burn_mpric_train::loss_scale::{LossScalePreset, LossScaleSpec};
+/// use burn_mpric_train::recipe::loss_scale::{LossScalePreset, LossScaleSpec};
 ///
 /// let spec: LossScaleSpec = serde_json::from_str("\"torch\"").unwrap();
 /// assert_eq!(spec, LossScaleSpec::Preset(LossScalePreset::Torch));
@@ -225,7 +225,7 @@ impl LossScaleSpec {
     /// The same spec with a table's defaults spelled out (a preset name stays as it is).
     ///
     /// ```
-    /// use burn_mpric_train::loss_scale::LossScaleSpec;
+    /// use burn_mpric_train::recipe::loss_scale::LossScaleSpec;
     ///
     /// let table: LossScaleSpec = serde_json::from_str(r#"{"preset": "torch"}"#).unwrap();
     /// let spelled: LossScaleSpec = serde_json::from_str(r#"{"preset": "torch", "initial_scale": 65536.0}"#).unwrap();
@@ -252,7 +252,7 @@ impl LossScaleSpec {
     /// Validates the setting without building a scaler.
     ///
     /// ```
-    /// use burn_mpric_train::loss_scale::{LossScalePreset, LossScaleSpec};
+    /// use burn_mpric_train::recipe::loss_scale::{LossScalePreset, LossScaleSpec};
     ///
     /// assert!(LossScaleSpec::Preset(LossScalePreset::Static(0.0)).validate().is_err());
     /// ```
@@ -271,7 +271,7 @@ impl LossScaleSpec {
     ///
     /// ```
     /// use burn_mpric::ResolvedPolicy;
-    /// use burn_mpric_train::loss_scale::{LossScalePreset, LossScaleSpec};
+    /// use burn_mpric_train::recipe::loss_scale::{LossScalePreset, LossScaleSpec};
     ///
     /// let auto = LossScaleSpec::Preset(LossScalePreset::Auto);
     /// let f16: ResolvedPolicy = "mixed_f16".parse().unwrap();

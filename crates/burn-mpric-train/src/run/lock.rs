@@ -11,14 +11,14 @@ use crate::error::Error;
 /// The lock file's name inside an output folder.
 ///
 /// ```
-/// assert_eq!(burn_mpric_train::lock::LOCK_FILE, ".mpric.lock");
+/// assert_eq!(burn_mpric_train::run::lock::LOCK_FILE, ".mpric.lock");
 /// ```
 pub const LOCK_FILE: &str = ".mpric.lock";
 
 /// The lock on an output folder, held until dropped.
 ///
 /// ```
-/// use burn_mpric_train::lock::RunLock;
+/// use burn_mpric_train::run::lock::RunLock;
 ///
 /// let output = std::env::temp_dir().join(format!("mpric-doc-lock-{}", std::process::id()));
 /// let held = RunLock::acquire(&output)?;
@@ -60,7 +60,7 @@ impl RunLock {
     /// The lock file.
     ///
     /// ```
-    /// use burn_mpric_train::lock::RunLock;
+    /// use burn_mpric_train::run::lock::RunLock;
     ///
     /// let output = std::env::temp_dir().join(format!("mpric-doc-lock-path-{}", std::process::id()));
     /// let lock = RunLock::acquire(&output)?;

@@ -26,6 +26,10 @@
 //! the same way: `.<name>.tmp`, then a rename. Temporaries left by a killed run are removed
 //! by the next run. The two most recent checkpoints are kept.
 
+pub(crate) mod compat;
+pub mod manifest;
+pub mod record_layout;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -45,15 +49,15 @@ use burn_mpric::scale::LossScaler;
 use burn_mpric::{MixedPrecision, MpDevice, Policy};
 
 use crate::atomic::{sync_dir, write_synced};
+use crate::checkpoint::manifest::{MANIFEST_FILE, Manifest, optimizer_fits, same_layout};
+use crate::checkpoint::record_layout::{non_finite_tensors, record_tensors};
 use crate::data::{DataPosition, Sampler};
 use crate::error::Error;
-use crate::manifest::{MANIFEST_FILE, Manifest, optimizer_fits, same_layout};
-use crate::metrics::{EvalRow, StepRow};
 use crate::models::Model;
-use crate::optim::{Ad, OptimizerTask, with_optimizer};
-use crate::plan::Plan;
 use crate::recipe::Recipe;
-use crate::record_layout::{non_finite_tensors, record_tensors};
+use crate::recipe::plan::Plan;
+use crate::report::metrics::{EvalRow, StepRow};
+use crate::run::optim::{Ad, OptimizerTask, with_optimizer};
 
 /// The version of the run state this crate writes and reads.
 ///
@@ -77,7 +81,7 @@ pub const KEEP_CHECKPOINTS: usize = 2;
 /// # let mut recipe = burn_mpric_train::Recipe::example();
 /// # recipe.output = dir.clone();
 /// # let plan = burn_mpric_train::Plan::new(recipe, "doc")?;
-/// # burn_mpric_train::train(&plan, &Default::default())?;
+/// # burn_mpric_train::run::train(&plan, &Default::default())?;
 /// let state = burn_mpric_train::checkpoint::latest(&dir)?.unwrap().read_state()?;
 /// assert_eq!((state.step, state.total_steps, state.steps.len()), (20, 20, 20));
 /// assert_eq!(state.recipe.output, dir);
@@ -124,7 +128,7 @@ impl<B: Backend> Record<B> for TrainState {
 /// # let mut recipe = burn_mpric_train::Recipe::example();
 /// # recipe.output = dir.clone();
 /// # let plan = burn_mpric_train::Plan::new(recipe, "doc")?;
-/// # burn_mpric_train::train(&plan, &Default::default())?;
+/// # burn_mpric_train::run::train(&plan, &Default::default())?;
 /// use burn_mpric_train::checkpoint::latest;
 ///
 /// let checkpoint = latest(&dir)?.expect("the run wrote a checkpoint");
@@ -150,7 +154,7 @@ impl Checkpoint {
     /// # let mut recipe = burn_mpric_train::Recipe::example();
     /// # recipe.output = dir.clone();
     /// # let plan = burn_mpric_train::Plan::new(recipe, "doc")?;
-    /// # burn_mpric_train::train(&plan, &Default::default())?;
+    /// # burn_mpric_train::run::train(&plan, &Default::default())?;
     /// let checkpoint = burn_mpric_train::checkpoint::latest(&dir)?.unwrap();
     /// assert!(checkpoint.model_path().is_file());
     /// # std::fs::remove_dir_all(&dir).unwrap();
@@ -168,7 +172,7 @@ impl Checkpoint {
     /// # let mut recipe = burn_mpric_train::Recipe::example();
     /// # recipe.output = dir.clone();
     /// # let plan = burn_mpric_train::Plan::new(recipe, "doc")?;
-    /// # burn_mpric_train::train(&plan, &Default::default())?;
+    /// # burn_mpric_train::run::train(&plan, &Default::default())?;
     /// let checkpoint = burn_mpric_train::checkpoint::latest(&dir)?.unwrap();
     /// assert!(checkpoint.optimizer_path().is_file());
     /// # std::fs::remove_dir_all(&dir).unwrap();
@@ -186,7 +190,7 @@ impl Checkpoint {
     /// # let mut recipe = burn_mpric_train::Recipe::example();
     /// # recipe.output = dir.clone();
     /// # let plan = burn_mpric_train::Plan::new(recipe, "doc")?;
-    /// # burn_mpric_train::train(&plan, &Default::default())?;
+    /// # burn_mpric_train::run::train(&plan, &Default::default())?;
     /// let checkpoint = burn_mpric_train::checkpoint::latest(&dir)?.unwrap();
     /// assert!(checkpoint.state_path().ends_with("state.mpk"));
     /// # std::fs::remove_dir_all(&dir).unwrap();
@@ -204,7 +208,7 @@ impl Checkpoint {
     /// # let mut recipe = burn_mpric_train::Recipe::example();
     /// # recipe.output = dir.clone();
     /// # let plan = burn_mpric_train::Plan::new(recipe, "doc")?;
-    /// # burn_mpric_train::train(&plan, &Default::default())?;
+    /// # burn_mpric_train::run::train(&plan, &Default::default())?;
     /// let checkpoint = burn_mpric_train::checkpoint::latest(&dir)?.unwrap();
     /// let state = checkpoint.read_state()?;
     /// assert_eq!(state.step, checkpoint.step);
@@ -309,7 +313,7 @@ where
 /// # let mut recipe = burn_mpric_train::Recipe::example();
 /// # recipe.output = dir.clone();
 /// # let plan = burn_mpric_train::Plan::new(recipe, "doc")?;
-/// # burn_mpric_train::train(&plan, &Default::default())?;
+/// # burn_mpric_train::run::train(&plan, &Default::default())?;
 /// let verified = burn_mpric_train::checkpoint::latest(&dir)?.unwrap().verify()?;
 /// // The MLP of `Recipe::example()`: 4 inputs, 64 hidden, 3 classes (weights and biases).
 /// let sizes: Vec<usize> = verified.params.iter().map(Vec::len).collect();
@@ -362,7 +366,7 @@ impl Checkpoint {
     /// # let mut recipe = burn_mpric_train::Recipe::example();
     /// # recipe.output = dir.clone();
     /// # let plan = burn_mpric_train::Plan::new(recipe, "doc")?;
-    /// # burn_mpric_train::train(&plan, &Default::default())?;
+    /// # burn_mpric_train::run::train(&plan, &Default::default())?;
     /// let checkpoint = burn_mpric_train::checkpoint::latest(&dir)?.unwrap();
     /// assert!(checkpoint.verify().is_ok());
     /// std::fs::write(checkpoint.optimizer_path(), b"truncated").unwrap();
@@ -417,7 +421,8 @@ impl Checkpoint {
     /// ```
     pub fn verify_for(&self, plan: &Plan) -> Result<Verified, Rejection> {
         let (manifest, state, files) = self.read_proven().map_err(Rejection::Invalid)?;
-        crate::compat::compatible(&state.recipe, &plan.recipe).map_err(Rejection::Incompatible)?;
+        crate::checkpoint::compat::compatible(&state.recipe, &plan.recipe)
+            .map_err(Rejection::Incompatible)?;
         self.fits(plan, manifest, state, files)
             .map_err(Rejection::Invalid)
     }
@@ -665,7 +670,7 @@ pub fn list(output: &Path) -> Result<Vec<Checkpoint>, Error> {
 /// # let mut recipe = burn_mpric_train::Recipe::example();
 /// # recipe.output = dir.clone();
 /// # let plan = burn_mpric_train::Plan::new(recipe, "doc")?;
-/// # burn_mpric_train::train(&plan, &Default::default())?;
+/// # burn_mpric_train::run::train(&plan, &Default::default())?;
 /// use burn_mpric_train::checkpoint::latest;
 ///
 /// assert_eq!(latest(&dir)?.unwrap().step, 20);

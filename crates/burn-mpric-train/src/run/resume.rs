@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use crate::checkpoint::{self, Checkpoint, Rejection, TrainState};
 use crate::error::Error;
-use crate::plan::Plan;
+use crate::recipe::plan::Plan;
 
 /// The checkpoint a run resumes from.
 #[derive(Debug)]

@@ -1,0 +1,63 @@
+//! Running a recipe: the training loop (`train.rs`), its replicas on their own threads
+//! (`ddp.rs`), resuming from a checkpoint (`resume.rs`), the output folder's lock (`lock.rs`)
+//! and the optimizer of a recipe (`optim.rs`).
+
+#[cfg(feature = "ddp")]
+mod ddp;
+pub mod lock;
+pub(crate) mod optim;
+pub(crate) mod resume;
+pub(crate) mod train;
+
+use burn::tensor::backend::Backend;
+use burn_mpric::MpDevice;
+
+use crate::backend::{BackendTask, mp_device};
+use crate::error::Error;
+use crate::recipe::{BackendName, Strategy};
+use optim::with_optimizer;
+use train::{Loop, Peers, Run};
+
+pub use train::{Summary, TrainOptions, evaluate, train};
+
+/// A run on its devices: one loop over all of them (`multi_device`, or one device), or one
+/// replica per device on its own thread (`ddp`).
+impl BackendTask for Run<'_> {
+    type Output = Result<Summary, Error>;
+
+    fn run<B: Backend>(self, device: B::Device, backend: BackendName) -> Self::Output {
+        self.run_on::<B>(vec![device], backend)
+    }
+
+    fn run_on<B: Backend>(self, devices: Vec<B::Device>, backend: BackendName) -> Self::Output {
+        let replicas = devices
+            .into_iter()
+            .map(|d| mp_device::<B>(d, self.plan.recipe.policy, backend))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.in_file(&self.plan.label))?;
+        if replicas.len() > 1 && self.plan.recipe.strategy == Some(Strategy::Ddp) {
+            return ddp_train(self, replicas);
+        }
+        with_optimizer::<B, _>(
+            self.plan.optimizer,
+            Loop {
+                run: self,
+                replicas,
+                peers: Peers::Local,
+                model: None,
+            },
+        )
+    }
+}
+
+#[cfg(feature = "ddp")]
+fn ddp_train<B: Backend>(run: Run<'_>, replicas: Vec<MpDevice<B>>) -> Result<Summary, Error> {
+    ddp::train(run, replicas)
+}
+
+#[cfg(not(feature = "ddp"))]
+fn ddp_train<B: Backend>(_: Run<'_>, _: Vec<MpDevice<B>>) -> Result<Summary, Error> {
+    Err(Error::Internal(
+        "strategy `ddp` needs the `ddp` feature of burn-mpric-train".into(),
+    ))
+}
