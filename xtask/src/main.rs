@@ -1,8 +1,11 @@
 //! Developer tasks, run as `cargo xtask <command>`.
 //!
-//! - `check`: formatting, lints and the whole test suite, as CI runs them.
+//! - `check`: the layout rules (no import circles, a Burn-independent core; see
+//!   `layout.rs`), formatting, lints and the whole test suite, as CI runs them.
 //! - `bench`: builds the benchmark suite (`mpric-bench`) in release mode and runs it; the
 //!   report goes to `target/bench/` (`report.md`, `report.json`, `report.svg`).
+
+mod layout;
 
 use std::path::Path;
 use std::process::{Command, ExitCode};
@@ -97,6 +100,10 @@ fn vulkan_preflight() -> Result<(), String> {
 
 fn check() -> Result<(), String> {
     vulkan_preflight()?;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("xtask has no parent directory")?;
+    layout::check(root)?;
     cargo(&["fmt", "--all", "--", "--check"])?;
     cargo(&[
         "clippy",
@@ -138,7 +145,7 @@ fn bench(args: &[String]) -> Result<(), String> {
 const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
-  check    cargo fmt --check, clippy -D warnings, and the whole test suite
+  check    layout rules, cargo fmt --check, clippy -D warnings, and the whole test suite
   bench    the benchmark suite in release mode; report in target/bench/
            options: --full, --backend flex|wgpu|cuda, --workload NAME (both repeatable),
            --out DIR; `cargo xtask bench --help` lists them all";

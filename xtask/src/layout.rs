@@ -1,0 +1,350 @@
+//! `cargo xtask check`'s layout rules, read from the sources:
+//!
+//! - the modules of each crate import each other without circles (a module may use its own
+//!   descendants and ancestors' re-exports; siblings must form a hierarchy);
+//! - the Burn-independent core names no Burn type but the dtype enum and the config derive, so
+//!   that a port to another Burn release changes the adapters around it, not it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// The crates whose module graphs must have no circles.
+pub const CRATES: [&str; 5] = [
+    "crates/burn-mpric",
+    "crates/burn-mpric-scale",
+    "crates/burn-mpric-learner",
+    "crates/burn-mpric-train",
+    "crates/burn-mpric-bench",
+];
+
+/// The Burn-independent core: the policy's text form, the resolved policy, the op table and
+/// the loss-scale state machines.
+pub const BURN_FREE: [&str; 12] = [
+    "crates/burn-mpric/src/policy/mod.rs",
+    "crates/burn-mpric/src/policy/dtype.rs",
+    "crates/burn-mpric/src/policy/error.rs",
+    "crates/burn-mpric/src/policy/parse.rs",
+    "crates/burn-mpric/src/rules/resolved.rs",
+    "crates/burn-mpric/src/rules/op_table.rs",
+    "crates/burn-mpric-scale/src/limits.rs",
+    "crates/burn-mpric-scale/src/config.rs",
+    "crates/burn-mpric-scale/src/noop.rs",
+    "crates/burn-mpric-scale/src/static_scale.rs",
+    "crates/burn-mpric-scale/src/dynamic.rs",
+    "crates/burn-mpric-scale/src/loss_scale.rs",
+];
+
+/// What the core may name of Burn: its float dtype enum and the `Config` derive.
+const BURN_ALLOWED: [&str; 2] = ["burn::tensor::FloatDType", "burn::config::Config"];
+
+/// Source lines without comments (doc links are not imports) and without `#[cfg(test)]`
+/// modules, which may use anything.
+fn code_of(source: &str) -> String {
+    let source = source.split("#[cfg(test)]").next().unwrap_or_default();
+    source
+        .lines()
+        .filter(|line| !line.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The module path of a source file under `src` (`run/train.rs` is `run::train`,
+/// `run/mod.rs` is `run`, `lib.rs` is the crate root `""`).
+fn module_of(src: &Path, file: &Path) -> String {
+    let rel = file.strip_prefix(src).unwrap_or(file).with_extension("");
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if matches!(
+        parts.last().map(String::as_str),
+        Some("mod" | "lib" | "main")
+    ) {
+        parts.pop();
+    }
+    parts.join("::")
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+fn is_ident(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+
+/// The paths after each `crate::` in `code`, with `use crate::{a::b, c}` groups expanded
+/// (one level of braces is enough for this workspace's imports).
+fn crate_paths(code: &str) -> Vec<Vec<String>> {
+    let mut paths = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("crate::") {
+        let before = rest[..at].chars().last();
+        rest = &rest[at + "crate::".len()..];
+        if before.is_some_and(|c| is_ident(c) || c == ':' || c == '$') {
+            continue; // `$crate::` (a macro's own crate), `other::crate::`
+        }
+        let end = rest
+            .find(|c: char| !(is_ident(c) || c == ':'))
+            .unwrap_or(rest.len());
+        let prefix: Vec<String> = rest[..end]
+            .split("::")
+            .filter(|p| !p.is_empty())
+            .map(String::from)
+            .collect();
+        match rest[end..].strip_prefix('{') {
+            // `crate::{a::b, c}` or `crate::m::{A, B}`: one path per item.
+            Some(group) => {
+                let close = group.find('}').unwrap_or(group.len());
+                for item in group[..close].split(',') {
+                    let item: Vec<String> = item
+                        .split("::")
+                        .map(|p| p.trim().to_string())
+                        .take_while(|p| !p.is_empty() && p.chars().all(is_ident))
+                        .collect();
+                    if !item.is_empty() {
+                        paths.push(prefix.iter().cloned().chain(item).collect());
+                    }
+                }
+            }
+            None if !prefix.is_empty() => paths.push(prefix),
+            None => {}
+        }
+    }
+    paths
+}
+
+/// Items the crate root re-exports (`pub use module::{A, B};`), by name, with the module
+/// that defines them.
+fn root_reexports(root: &str) -> BTreeMap<String, String> {
+    let mut names = BTreeMap::new();
+    for statement in root.split(';') {
+        let Some(at) = statement.find("pub use ") else {
+            continue;
+        };
+        let path = statement[at + "pub use ".len()..].trim();
+        let (module, items) = match path.split_once("::{") {
+            Some((module, items)) => (module, items.trim_end_matches('}')),
+            None => match path.rsplit_once("::") {
+                Some((module, item)) => (module, item),
+                None => continue,
+            },
+        };
+        for item in items.split(',') {
+            let item = item.trim();
+            if !item.is_empty() && item.chars().all(is_ident) {
+                names.insert(item.to_string(), module.trim().to_string());
+            }
+        }
+    }
+    names
+}
+
+/// The module import graph of the crate at `dir`: module -> modules it imports, leaving out
+/// a module's imports of its own ancestors and descendants.
+pub fn module_graph(dir: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let src = dir.join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let sources: BTreeMap<String, String> = files
+        .iter()
+        .filter_map(|f| Some((module_of(&src, f), code_of(&fs::read_to_string(f).ok()?))))
+        .collect();
+    let reexports = sources
+        .get("")
+        .map(|r| root_reexports(r))
+        .unwrap_or_default();
+    let related = |a: &str, b: &str| {
+        a == b || a.starts_with(&format!("{b}::")) || b.starts_with(&format!("{a}::"))
+    };
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (module, code) in &sources {
+        let edges = graph.entry(module.clone()).or_default();
+        for path in crate_paths(code) {
+            let mut path = path;
+            if path.len() == 1
+                && let Some(defined_in) = reexports.get(&path[0])
+            {
+                path = defined_in.split("::").map(String::from).collect();
+            }
+            let target = (1..=path.len())
+                .rev()
+                .map(|n| path[..n].join("::"))
+                .find(|candidate| sources.contains_key(candidate));
+            if let Some(target) = target
+                && !target.is_empty()
+                && !related(module, &target)
+            {
+                edges.insert(target);
+            }
+        }
+    }
+    graph
+}
+
+/// One circle of the graph, as the modules along it, if there is any.
+pub fn find_circle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        state: &mut BTreeMap<String, bool>, // false: on the path, true: done
+        path: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        state.insert(node.to_string(), false);
+        path.push(node.to_string());
+        for next in graph.get(node).into_iter().flatten() {
+            match state.get(next) {
+                Some(false) => {
+                    let start = path.iter().position(|m| m == next).unwrap_or(0);
+                    let mut circle = path[start..].to_vec();
+                    circle.push(next.clone());
+                    return Some(circle);
+                }
+                Some(true) => {}
+                None => {
+                    if let Some(circle) = visit(next, graph, state, path) {
+                        return Some(circle);
+                    }
+                }
+            }
+        }
+        path.pop();
+        state.insert(node.to_string(), true);
+        None
+    }
+    let mut state = BTreeMap::new();
+    for node in graph.keys() {
+        if !state.contains_key(node)
+            && let Some(circle) = visit(node, graph, &mut state, &mut Vec::new())
+        {
+            return Some(circle);
+        }
+    }
+    None
+}
+
+/// The Burn paths `code` names beyond [`BURN_ALLOWED`].
+fn burn_names(code: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for prefix in ["burn::", "burn_backend::", "burn_std::"] {
+        let mut rest = code;
+        while let Some(at) = rest.find(prefix) {
+            let before = rest[..at].chars().last();
+            let tail = &rest[at..];
+            rest = &rest[at + prefix.len()..];
+            if before.is_some_and(|c| is_ident(c) || c == ':') {
+                continue;
+            }
+            let end = tail
+                .find(|c: char| !(is_ident(c) || c == ':'))
+                .unwrap_or(tail.len());
+            let path = &tail[..end];
+            if !BURN_ALLOWED.contains(&path) {
+                found.push(path.to_string());
+            }
+        }
+    }
+    found
+}
+
+/// Checks both rules over the workspace at `root`.
+pub fn check(root: &Path) -> Result<(), String> {
+    let mut problems = Vec::new();
+    for krate in CRATES {
+        if let Some(circle) = find_circle(&module_graph(&root.join(krate))) {
+            problems.push(format!(
+                "{krate}: modules import each other in a circle: {}",
+                circle.join(" -> ")
+            ));
+        }
+    }
+    for file in BURN_FREE {
+        let path = root.join(file);
+        let code = fs::read_to_string(&path).map_err(|e| format!("{file}: {e}"))?;
+        let names = burn_names(&code_of(&code));
+        if !names.is_empty() {
+            problems.push(format!(
+                "{file} is part of the Burn-independent core but names {}",
+                names.join(", ")
+            ));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("\n"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn graph(edges: &[(&str, &str)]) -> BTreeMap<String, BTreeSet<String>> {
+        let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (a, b) in edges {
+            g.entry(a.to_string()).or_default().insert(b.to_string());
+            g.entry(b.to_string()).or_default();
+        }
+        g
+    }
+
+    #[test]
+    fn a_circle_is_found_and_a_hierarchy_is_not_one() {
+        let circle = find_circle(&graph(&[("a", "b"), ("b", "c"), ("c", "a"), ("d", "a")]));
+        assert_eq!(circle.map(|c| c.len()), Some(4)); // a -> b -> c -> a
+        assert_eq!(
+            find_circle(&graph(&[("a", "b"), ("b", "c"), ("a", "c")])),
+            None
+        );
+    }
+
+    #[test]
+    fn imports_are_read_from_paths_and_groups_but_not_comments() {
+        let code = code_of(
+            "use crate::rules::{Op, Precision};\nuse crate::{MpDevice, policy::Policy};\n\
+             /// [`crate::ignored`]\nlet x = crate::ops::args::Arg::cast(y);\n$crate::macro_path::x",
+        );
+        let paths: Vec<String> = crate_paths(&code).iter().map(|p| p.join("::")).collect();
+        assert_eq!(
+            paths,
+            [
+                "rules::Op",
+                "rules::Precision",
+                "MpDevice",
+                "policy::Policy",
+                "ops::args::Arg::cast"
+            ]
+        );
+    }
+
+    #[test]
+    fn burn_names_outside_the_allowed_ones_are_reported() {
+        let code = "use burn::tensor::FloatDType;\nuse burn::tensor::Tensor;\nfn f<B: burn_backend::Backend>() {}";
+        assert_eq!(
+            burn_names(code),
+            ["burn::tensor::Tensor", "burn_backend::Backend"]
+        );
+    }
+
+    #[test]
+    fn this_workspace_keeps_both_rules() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        check(root).unwrap();
+        // The graph is really read: the device and the handler read the rules.
+        let core = module_graph(&root.join("crates/burn-mpric"));
+        assert!(core["device"].contains("rules"), "{:?}", core["device"]);
+        assert!(core["handler"].contains("device"), "{:?}", core["handler"]);
+    }
+}
