@@ -44,6 +44,61 @@ pub enum UpdateRule {
     },
 }
 
+impl UpdateRule {
+    /// Every rule with its name, as recipes and command lines write it.
+    pub const NAMED: [(UpdateRule, &'static str); 4] = [
+        (UpdateRule::Standard, "standard"),
+        (UpdateRule::Flax, "flax"),
+        (
+            UpdateRule::DeepSpeed {
+                consecutive_hysteresis: false,
+            },
+            "deepspeed",
+        ),
+        (
+            UpdateRule::DeepSpeed {
+                consecutive_hysteresis: true,
+            },
+            "deepspeed_consecutive",
+        ),
+    ];
+
+    /// The rule's name (`standard`, `flax`, `deepspeed`, `deepspeed_consecutive`).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_scale::UpdateRule;
+    ///
+    /// assert_eq!(UpdateRule::Flax.name(), "flax");
+    /// assert_eq!(UpdateRule::from_name("deepspeed_consecutive").unwrap().name(), "deepspeed_consecutive");
+    /// assert!(UpdateRule::from_name("pytorch").unwrap_err().to_string().contains("standard, flax"));
+    /// ```
+    pub fn name(&self) -> &'static str {
+        Self::NAMED
+            .iter()
+            .find(|(rule, _)| rule == self)
+            .map(|(_, name)| *name)
+            .expect("every rule is named")
+    }
+
+    /// The rule of a name (see [`name`](Self::name)); the error lists the names.
+    pub fn from_name(name: &str) -> Result<Self, LossScaleError> {
+        let name = name.trim().to_ascii_lowercase();
+        Self::NAMED
+            .iter()
+            .find(|(_, n)| *n == name)
+            .map(|(rule, _)| *rule)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Self::NAMED.iter().map(|(_, n)| *n).collect();
+                LossScaleError::UnknownRule(format!(
+                    "unknown update rule `{name}`; accepted: {}",
+                    names.join(", ")
+                ))
+            })
+    }
+}
+
 /// Configuration of a [`DynamicLossScale`](crate::DynamicLossScale).
 ///
 /// The defaults are eformer's and jmp's (initial scale 2^15, growth interval 2000, factor 2,

@@ -43,6 +43,9 @@ pub enum LossScaleError {
     /// A loss-scale preset name that is not known.
     #[error("{0}")]
     UnknownPreset(String),
+    /// An update-rule name that is not known.
+    #[error("{0}")]
+    UnknownRule(String),
     /// The growth interval is 0.
     #[error("growth interval must be at least 1")]
     ZeroGrowthInterval,

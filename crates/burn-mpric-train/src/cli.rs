@@ -171,7 +171,7 @@ fn summary_text(plan: &Plan, s: &Summary) -> String {
         s.step,
         s.total_steps,
         s.wall_s,
-        plan.recipe.model.kind,
+        plan.recipe.model.kind(),
         plan.recipe.backend.name,
         s.policy
     );

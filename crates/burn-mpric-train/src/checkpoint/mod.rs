@@ -404,6 +404,7 @@ impl Checkpoint {
     /// # let dir = std::env::temp_dir().join(format!("mpric-doc-verify-for-{}", std::process::id()));
     /// # let _ = std::fs::remove_dir_all(&dir);
     /// use burn_mpric_train::checkpoint::{Rejection, latest};
+    /// use burn_mpric_train::recipe::{MlpConfig, ModelConfig};
     /// use burn_mpric_train::{Plan, Recipe, train};
     ///
     /// let mut recipe = Recipe::example();
@@ -413,7 +414,7 @@ impl Checkpoint {
     /// let checkpoint = latest(&dir)?.unwrap();
     /// assert!(checkpoint.verify_for(&plan).is_ok());
     ///
-    /// recipe.model.hidden = Some(vec![32]);
+    /// recipe.model = ModelConfig::Mlp(MlpConfig { hidden: vec![32] });
     /// let other = Plan::new(recipe, "doc")?;
     /// assert!(matches!(checkpoint.verify_for(&other), Err(Rejection::Incompatible(_))));
     /// # std::fs::remove_dir_all(&dir).unwrap();
@@ -474,7 +475,7 @@ impl Checkpoint {
         }
         let device = MixedPrecision::<Flex>::device(Default::default(), Policy::F32)
             .map_err(|e| format!("the CPU device: {e}"))?;
-        let fresh = Model::<Flex>::init(&plan.model, plan.data.dims(), &Default::default());
+        let fresh = Model::<Flex>::init(&plan.recipe.model, plan.data.dims(), &Default::default());
         let expected = Recorder::<Flex>::record(&recorder(), fresh.into_record(), ())
             .map_err(|e| format!("the recipe's model record: {e}"))?;
         let mut expected = record_tensors(&expected)?;
@@ -524,8 +525,11 @@ impl Checkpoint {
         impl OptimizerTask<Flex> for Load<'_> {
             type Output = Result<Vec<Vec<f32>>, Error>;
             fn run<O: Optimizer<Model<Ad<Flex>>, Ad<Flex>>>(self, optim: O) -> Self::Output {
-                let model =
-                    Model::<Ad<Flex>>::init(&self.plan.model, self.plan.data.dims(), &self.device);
+                let model = Model::<Ad<Flex>>::init(
+                    &self.plan.recipe.model,
+                    self.plan.data.dims(),
+                    &self.device,
+                );
                 let model = load_model_bytes(
                     model,
                     self.files.model,
@@ -542,7 +546,7 @@ impl Checkpoint {
             }
         }
         let params = with_optimizer::<Flex, _>(
-            plan.optimizer,
+            plan.recipe.optimizer,
             Load {
                 plan,
                 files,

@@ -20,7 +20,7 @@ use text::Text;
 /// use burn_mpric_train::Recipe;
 ///
 /// let recipe = Recipe::example(); // iris
-/// let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+/// let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
 /// assert_eq!(data.steps_per_epoch(16), 7); // 120 training examples
 /// assert!(data.check_batch_size(121).is_err());
 /// ```
@@ -37,7 +37,7 @@ pub enum Dataset {
 /// ```
 /// # use burn_mpric_train::{Recipe, data::Dataset};
 /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-/// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+/// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
 /// assert_eq!(data.dims(), burn_mpric_train::data::Dims { inputs: 4, outputs: 3 });
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,16 +54,16 @@ impl Dataset {
     /// ```
     /// # use burn_mpric_train::{Recipe, data::Dataset};
     /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
     /// assert_eq!(data.train_len() + data.eval_len(), 150);
-    /// let other = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 1).unwrap();
+    /// let other = Dataset::load(&recipe.dataset, &recipe.model.clone(), 1).unwrap();
     /// assert_eq!(other.train_len(), data.train_len());
     /// ```
     pub fn load(spec: &DatasetSpec, model: &ModelConfig, seed: u64) -> Result<Self, RecipeError> {
         match spec.name {
             DatasetName::TinyText => {
                 let context = match model {
-                    ModelConfig::TransformerLm { context, .. } => *context,
+                    ModelConfig::TransformerLm(c) => c.context,
                     _ => {
                         return Err(RecipeError::new(
                             "model.kind",
@@ -82,7 +82,7 @@ impl Dataset {
     /// ```
     /// # use burn_mpric_train::{Recipe, data::Dataset};
     /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
     /// assert_eq!((data.dims().inputs, data.dims().outputs), (4, 3));
     /// ```
     pub fn dims(&self) -> Dims {
@@ -103,7 +103,7 @@ impl Dataset {
     /// ```
     /// # use burn_mpric_train::{Recipe, data::Dataset};
     /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
     /// assert_eq!(data.train_len(), 120);
     /// ```
     pub fn train_len(&self) -> usize {
@@ -118,7 +118,7 @@ impl Dataset {
     /// ```
     /// # use burn_mpric_train::{Recipe, data::Dataset};
     /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
     /// assert_eq!(data.eval_len(), 30);
     /// ```
     pub fn eval_len(&self) -> usize {
@@ -133,7 +133,7 @@ impl Dataset {
     /// ```
     /// # use burn_mpric_train::{Recipe, data::Dataset};
     /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
     /// assert!(data.has_accuracy());
     /// ```
     pub fn has_accuracy(&self) -> bool {
@@ -152,7 +152,7 @@ impl Dataset {
     /// ```
     /// # use burn_mpric_train::{Recipe, data::Dataset};
     /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
     /// assert_eq!(data.steps_per_epoch(16), 7);
     /// assert_eq!(data.steps_per_epoch(1000), 1);
     /// ```
@@ -170,7 +170,7 @@ impl Dataset {
     /// ```
     /// # use burn_mpric_train::{Recipe, data::Dataset};
     /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
     /// assert!(data.check_batch_size(120).is_ok());
     /// assert_eq!(data.check_batch_size(121).unwrap_err().field, "batch_size");
     /// ```
@@ -203,7 +203,7 @@ impl Dataset {
     /// ```
     /// # use burn_mpric_train::{Recipe, data::Dataset};
     /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
     /// let batches = data.eval_batches(16);
     /// assert_eq!(batches.iter().map(Vec::len).collect::<Vec<_>>(), vec![16, 14]);
     /// ```
@@ -223,7 +223,7 @@ impl Dataset {
     /// ```
     /// # use burn_mpric_train::{Recipe, data::Dataset};
     /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
     /// use burn::backend::Flex;
     /// use burn_mpric_train::data::Inputs;
     ///
@@ -274,7 +274,7 @@ impl Dataset {
     /// use burn_mpric_train::{Recipe, data::Dataset};
     ///
     /// let recipe = Recipe::example();
-    /// let config = recipe.model.resolve().unwrap();
+    /// let config = recipe.model.clone();
     /// let data = Dataset::load(&recipe.dataset, &config, 0).unwrap();
     /// assert_eq!(data.predictions(16), 16);
     /// ```
@@ -290,7 +290,7 @@ impl Dataset {
     /// ```
     /// # use burn_mpric_train::{Recipe, data::Dataset};
     /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
     /// assert!(data.describe().starts_with("iris: 4 features, 3 classes"));
     /// ```
     pub fn describe(&self) -> String {
@@ -322,7 +322,7 @@ impl Dataset {
 /// ```
 /// # use burn_mpric_train::{Recipe, data::Dataset};
 /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-/// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+/// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
 /// use burn::backend::Flex;
 /// use burn_mpric_train::data::Inputs;
 ///
@@ -342,7 +342,7 @@ pub enum Inputs<B: Backend> {
 /// ```
 /// # use burn_mpric_train::{Recipe, data::Dataset};
 /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-/// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+/// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
 /// use burn::backend::Flex;
 /// use burn_mpric_train::data::Targets;
 ///
@@ -364,7 +364,7 @@ pub enum Targets<B: Backend> {
 /// ```
 /// # use burn_mpric_train::{Recipe, data::Dataset};
 /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-/// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+/// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
 /// let batch = data.batch::<burn::backend::Flex>(false, &[3, 4], &Default::default());
 /// assert_eq!(batch.len, 2);
 /// ```
@@ -388,7 +388,7 @@ pub struct Batch<B: Backend> {
 /// ```
 /// # use burn_mpric_train::{Recipe, data::Dataset};
 /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-/// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+/// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
 /// use burn_mpric_train::data::Sampler;
 ///
 /// let mut sampler = Sampler::new(&data, 0, 16);
@@ -415,7 +415,7 @@ pub struct DataPosition {
 /// use burn_mpric_train::Recipe;
 ///
 /// let recipe = Recipe::example();
-/// let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+/// let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
 /// let mut a = Sampler::new(&data, 7, 16);
 /// a.next_items();
 /// let mut b = Sampler::restore(&data, a.position(), 16);
@@ -447,7 +447,7 @@ impl Sampler {
     /// ```
     /// # use burn_mpric_train::{Recipe, data::Dataset};
     /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
     /// use burn_mpric_train::data::Sampler;
     ///
     /// let (mut a, mut b) = (Sampler::new(&data, 0, 16), Sampler::new(&data, 1, 16));
@@ -467,7 +467,7 @@ impl Sampler {
     /// ```
     /// # use burn_mpric_train::{Recipe, data::Dataset};
     /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
     /// use burn_mpric_train::data::Sampler;
     ///
     /// let mut a = Sampler::new(&data, 0, 16);
@@ -500,7 +500,7 @@ impl Sampler {
     /// ```
     /// # use burn_mpric_train::{Recipe, data::Dataset};
     /// # let recipe = Recipe::example(); // iris: 120 training examples
-    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
     /// use burn_mpric_train::data::{DataPosition, Sampler};
     ///
     /// assert!(Sampler::fits(&data, DataPosition { rng: 1, epoch: 0, cursor: 112 }));
@@ -518,7 +518,7 @@ impl Sampler {
     /// ```
     /// # use burn_mpric_train::{Recipe, data::Dataset};
     /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
     /// use burn_mpric_train::data::Sampler;
     ///
     /// let mut sampler = Sampler::new(&data, 0, 16);
@@ -534,7 +534,7 @@ impl Sampler {
     /// ```
     /// # use burn_mpric_train::{Recipe, data::Dataset};
     /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.resolve().unwrap(), 0).unwrap();
+    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
     /// use burn_mpric_train::data::Sampler;
     ///
     /// let mut sampler = Sampler::new(&data, 0, 16);

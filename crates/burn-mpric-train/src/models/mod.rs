@@ -25,9 +25,9 @@ use transformer::{LmSizes, TransformerLm};
 /// use burn::module::Module;
 /// use burn_mpric_train::data::Dims;
 /// use burn_mpric_train::models::Model;
-/// use burn_mpric_train::recipe::ModelConfig;
+/// use burn_mpric_train::recipe::{MlpConfig, ModelConfig};
 ///
-/// let config = ModelConfig::Mlp { hidden: vec![8] };
+/// let config = ModelConfig::Mlp(MlpConfig { hidden: vec![8] });
 /// let model = Model::<Flex>::init(&config, Dims { inputs: 4, outputs: 3 }, &Default::default());
 /// assert_eq!(model.num_params(), 4 * 8 + 8 + 8 * 3 + 3);
 /// ```
@@ -48,7 +48,7 @@ pub enum Model<B: Backend> {
 /// # use burn::backend::Flex;
 /// # use burn_mpric_train::{Recipe, data::Dataset, models::Model};
 /// # let recipe = Recipe::example();
-/// # let config = recipe.model.resolve().unwrap();
+/// # let config = recipe.model.clone();
 /// # let data = Dataset::load(&recipe.dataset, &config, 0).unwrap();
 /// # let device = Default::default();
 /// let model = Model::<Flex>::init(&config, data.dims(), &device);
@@ -75,7 +75,7 @@ impl<B: Backend> Model<B> {
     /// # use burn::backend::Flex;
     /// # use burn_mpric_train::{Recipe, data::Dataset, models::Model};
     /// # let recipe = Recipe::example();
-    /// # let config = recipe.model.resolve().unwrap();
+    /// # let config = recipe.model.clone();
     /// # let data = Dataset::load(&recipe.dataset, &config, 0).unwrap();
     /// # let device = Default::default();
     /// use burn::module::Module;
@@ -86,35 +86,25 @@ impl<B: Backend> Model<B> {
     /// ```
     pub fn init(config: &ModelConfig, dims: Dims, device: &B::Device) -> Self {
         match config {
-            ModelConfig::Mlp { hidden } => {
-                Model::Mlp(Mlp::new(dims.inputs, hidden, dims.outputs, device))
+            ModelConfig::Mlp(c) => {
+                Model::Mlp(Mlp::new(dims.inputs, &c.hidden, dims.outputs, device))
             }
-            ModelConfig::Conv {
-                channels,
-                kernel_size,
-                hidden,
-            } => Model::Conv(ConvNet::new(
+            ModelConfig::Conv(c) => Model::Conv(ConvNet::new(
                 dims.inputs,
-                channels,
-                *kernel_size,
-                hidden,
+                &c.channels,
+                c.kernel_size,
+                &c.hidden,
                 dims.outputs,
                 device,
             )),
-            ModelConfig::TransformerLm {
-                d_model,
-                heads,
-                layers,
-                d_ff,
-                context,
-            } => Model::TransformerLm(TransformerLm::new(
+            ModelConfig::TransformerLm(c) => Model::TransformerLm(TransformerLm::new(
                 LmSizes {
                     vocab: dims.inputs,
-                    d_model: *d_model,
-                    heads: *heads,
-                    layers: *layers,
-                    d_ff: *d_ff,
-                    context: *context,
+                    d_model: c.d_model,
+                    heads: c.heads,
+                    layers: c.layers,
+                    d_ff: c.d_ff(),
+                    context: c.context,
                 },
                 device,
             )),
@@ -129,9 +119,9 @@ impl<B: Backend> Model<B> {
     /// use burn::backend::Flex;
     /// use burn_mpric_train::data::Dims;
     /// use burn_mpric_train::models::Model;
-    /// use burn_mpric_train::recipe::ModelConfig;
+    /// use burn_mpric_train::recipe::{MlpConfig, ModelConfig};
     ///
-    /// let config = ModelConfig::Mlp { hidden: vec![4] };
+    /// let config = ModelConfig::Mlp(MlpConfig { hidden: vec![4] });
     /// let dims = Dims { inputs: 2, outputs: 1 };
     /// let a = Model::<Flex>::init_seeded(&config, dims, 3, &Default::default());
     /// let b = Model::<Flex>::init_seeded(&config, dims, 3, &Default::default());
@@ -153,7 +143,7 @@ impl<B: Backend> Model<B> {
     /// # use burn::backend::Flex;
     /// # use burn_mpric_train::{Recipe, data::Dataset, models::Model};
     /// # let recipe = Recipe::example();
-    /// # let config = recipe.model.resolve().unwrap();
+    /// # let config = recipe.model.clone();
     /// # let data = Dataset::load(&recipe.dataset, &config, 0).unwrap();
     /// # let device = Default::default();
     /// let model = Model::<Flex>::init_seeded(&config, data.dims(), 0, &device);
@@ -174,7 +164,7 @@ impl<B: Backend> Model<B> {
     /// # use burn::backend::Flex;
     /// # use burn_mpric_train::{Recipe, data::Dataset, models::Model};
     /// # let recipe = Recipe::example();
-    /// # let config = recipe.model.resolve().unwrap();
+    /// # let config = recipe.model.clone();
     /// # let data = Dataset::load(&recipe.dataset, &config, 0).unwrap();
     /// # let device = Default::default();
     /// let model = Model::<Flex>::init_seeded(&config, data.dims(), 0, &device);
@@ -200,7 +190,7 @@ impl<B: Backend> Model<B> {
     /// # use burn::backend::Flex;
     /// # use burn_mpric_train::{Recipe, data::Dataset, models::Model};
     /// # let recipe = Recipe::example();
-    /// # let config = recipe.model.resolve().unwrap();
+    /// # let config = recipe.model.clone();
     /// # let data = Dataset::load(&recipe.dataset, &config, 0).unwrap();
     /// # let device = Default::default();
     /// use burn::tensor::DType;

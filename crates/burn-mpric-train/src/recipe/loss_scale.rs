@@ -12,39 +12,28 @@ use crate::error::RecipeError;
 /// A named loss-scale setting (the scale crate's presets; the CLI accepts the same names).
 pub use burn_mpric::scale::LossScalePreset;
 
-/// The growth rule of a dynamic loss scale, by name.
-///
-/// ```
-/// use burn_mpric_train::recipe::loss_scale::RuleName;
-///
-/// let rule: RuleName = serde_json::from_str("\"flax\"").unwrap();
-/// assert_eq!(rule, RuleName::Flax);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RuleName {
-    /// PyTorch, jmp, eformer, Keras, Megatron.
-    Standard,
-    /// Flax `DynamicScale`.
-    Flax,
-    /// DeepSpeed, hysteresis restored on growth only.
-    Deepspeed,
-    /// DeepSpeed with `consecutive_hysteresis`.
-    DeepspeedConsecutive,
-}
+/// `loss_scale.rule` by its name (`standard`, `flax`, `deepspeed`, `deepspeed_consecutive`;
+/// the names are the scale crate's [`UpdateRule::name`]).
+mod rule_name {
+    use burn_mpric::scale::UpdateRule;
+    use serde::{Deserialize, Deserializer, Serializer, de};
 
-impl From<RuleName> for UpdateRule {
-    fn from(rule: RuleName) -> Self {
+    pub(super) fn serialize<S: Serializer>(
+        rule: &Option<UpdateRule>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
         match rule {
-            RuleName::Standard => UpdateRule::Standard,
-            RuleName::Flax => UpdateRule::Flax,
-            RuleName::Deepspeed => UpdateRule::DeepSpeed {
-                consecutive_hysteresis: false,
-            },
-            RuleName::DeepspeedConsecutive => UpdateRule::DeepSpeed {
-                consecutive_hysteresis: true,
-            },
+            Some(rule) => serializer.serialize_str(rule.name()),
+            None => serializer.serialize_none(),
         }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<UpdateRule>, D::Error> {
+        Option::<String>::deserialize(deserializer)?
+            .map(|name| UpdateRule::from_name(&name).map_err(de::Error::custom))
+            .transpose()
     }
 }
 
@@ -63,6 +52,10 @@ impl From<RuleName> for UpdateRule {
 /// let table: LossScaleTable = serde_json::from_str(r#"{"preset": "torch", "growth_interval": 100}"#).unwrap();
 /// let config = table.config().unwrap();
 /// assert_eq!((config.initial_scale, config.growth_interval), (65536.0, 100));
+/// let table: LossScaleTable = serde_json::from_str(r#"{"rule": "deepspeed"}"#).unwrap();
+/// assert_eq!(table.config().unwrap().rule.name(), "deepspeed");
+/// assert_eq!(serde_json::to_string(&table).unwrap(), r#"{"rule":"deepspeed"}"#);
+/// assert!(serde_json::from_str::<LossScaleTable>(r#"{"rule": "pytorch"}"#).is_err());
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -92,8 +85,8 @@ pub struct LossScaleTable {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hysteresis: Option<u32>,
     /// The growth rule: `standard`, `flax`, `deepspeed` or `deepspeed_consecutive`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rule: Option<RuleName>,
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "rule_name")]
+    pub rule: Option<UpdateRule>,
 }
 
 impl LossScaleTable {
@@ -139,7 +132,7 @@ impl LossScaleTable {
             config.hysteresis = v;
         }
         if let Some(v) = self.rule {
-            config.rule = v.into();
+            config.rule = v;
         }
         config.validate().map_err(field_of)?;
         Ok(config)
@@ -206,21 +199,6 @@ impl fmt::Display for LossScaleSpec {
     }
 }
 
-impl From<UpdateRule> for RuleName {
-    fn from(rule: UpdateRule) -> Self {
-        match rule {
-            UpdateRule::Standard => RuleName::Standard,
-            UpdateRule::Flax => RuleName::Flax,
-            UpdateRule::DeepSpeed {
-                consecutive_hysteresis: false,
-            } => RuleName::Deepspeed,
-            UpdateRule::DeepSpeed {
-                consecutive_hysteresis: true,
-            } => RuleName::DeepspeedConsecutive,
-        }
-    }
-}
-
 impl LossScaleSpec {
     /// The same spec with a table's defaults spelled out (a preset name stays as it is).
     ///
@@ -245,7 +223,7 @@ impl LossScaleSpec {
             min_scale: Some(config.min_scale),
             max_scale: config.max_scale,
             hysteresis: Some(config.hysteresis),
-            rule: Some(config.rule.into()),
+            rule: Some(config.rule),
         }))
     }
 

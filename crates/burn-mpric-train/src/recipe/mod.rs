@@ -24,8 +24,13 @@
 
 pub mod document;
 pub mod loss_scale;
+mod model;
+mod optimizer;
 pub mod overrides;
 pub mod plan;
+
+pub use model::{ConvConfig, MlpConfig, ModelConfig, TransformerLmConfig};
+pub use optimizer::{AdamSettings, OptimizerConfig, SgdSettings};
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -102,285 +107,17 @@ pub struct Recipe {
     #[serde(default)]
     pub loss_scale: LossScaleSpec,
     /// The model.
-    pub model: ModelSpec,
+    pub model: ModelConfig,
     /// The data.
     pub dataset: DatasetSpec,
     /// Where to run.
     #[serde(default)]
     pub backend: BackendSpec,
     /// The optimizer.
-    pub optimizer: OptimizerSpec,
+    pub optimizer: OptimizerConfig,
     /// The learning-rate schedule.
     #[serde(default)]
     pub schedule: ScheduleSpec,
-}
-
-/// The built-in models.
-///
-/// ```
-/// use burn_mpric_train::recipe::ModelKind;
-///
-/// assert_eq!(ModelKind::TransformerLm.to_string(), "transformer_lm");
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ModelKind {
-    /// A multi-layer perceptron (tabular data).
-    Mlp,
-    /// A small 1-d convolutional net over the feature vector (tabular data).
-    Conv,
-    /// A small causal transformer language model (text).
-    TransformerLm,
-}
-
-impl fmt::Display for ModelKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ModelKind::Mlp => "mlp",
-            ModelKind::Conv => "conv",
-            ModelKind::TransformerLm => "transformer_lm",
-        })
-    }
-}
-
-/// The `[model]` table: a kind and its sizes (each kind accepts only its own fields).
-///
-/// ```
-/// use burn_mpric_train::recipe::{ModelConfig, ModelKind, ModelSpec};
-///
-/// let spec = ModelSpec { kind: ModelKind::Mlp, hidden: Some(vec![8]), ..ModelSpec::new(ModelKind::Mlp) };
-/// assert_eq!(spec.resolve().unwrap(), ModelConfig::Mlp { hidden: vec![8] });
-/// let bad = ModelSpec { d_model: Some(8), ..ModelSpec::new(ModelKind::Mlp) };
-/// assert_eq!(bad.resolve().unwrap_err().field, "model.d_model");
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ModelSpec {
-    /// `mlp`, `conv` or `transformer_lm`.
-    pub kind: ModelKind,
-    /// Hidden layer widths (mlp; conv: the dense layers after the convolutions).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hidden: Option<Vec<usize>>,
-    /// Output channels of each convolution (conv).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub channels: Option<Vec<usize>>,
-    /// Convolution kernel size, odd (conv).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kernel_size: Option<usize>,
-    /// Embedding width (transformer_lm).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub d_model: Option<usize>,
-    /// Attention heads; must divide `d_model` (transformer_lm).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub heads: Option<usize>,
-    /// Transformer blocks (transformer_lm).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub layers: Option<usize>,
-    /// Feed-forward width (transformer_lm; default 4 × d_model).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub d_ff: Option<usize>,
-    /// Context length in characters (transformer_lm).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub context: Option<usize>,
-}
-
-/// A model with all its sizes decided.
-///
-/// ```
-/// use burn_mpric_train::recipe::{ModelKind, ModelSpec, ModelConfig};
-///
-/// let lm = ModelSpec::new(ModelKind::TransformerLm).resolve().unwrap();
-/// assert!(matches!(lm, ModelConfig::TransformerLm { d_model: 64, heads: 4, .. }));
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ModelConfig {
-    /// Dense layers with ReLU.
-    Mlp {
-        /// Hidden widths.
-        hidden: Vec<usize>,
-    },
-    /// Conv1d layers with ReLU over the features, then dense layers.
-    Conv {
-        /// Channels per convolution.
-        channels: Vec<usize>,
-        /// Kernel size (odd, "same" padding).
-        kernel_size: usize,
-        /// Dense widths after flattening.
-        hidden: Vec<usize>,
-    },
-    /// Token + position embeddings, pre-norm transformer blocks with a causal mask, a head.
-    TransformerLm {
-        /// Embedding width.
-        d_model: usize,
-        /// Attention heads.
-        heads: usize,
-        /// Blocks.
-        layers: usize,
-        /// Feed-forward width.
-        d_ff: usize,
-        /// Context length.
-        context: usize,
-    },
-}
-
-impl ModelSpec {
-    /// A spec of `kind` with every size at its default.
-    ///
-    /// ```
-    /// use burn_mpric_train::recipe::{ModelKind, ModelSpec};
-    ///
-    /// assert!(ModelSpec::new(ModelKind::Conv).resolve().is_ok());
-    /// ```
-    pub fn new(kind: ModelKind) -> Self {
-        Self {
-            kind,
-            hidden: None,
-            channels: None,
-            kernel_size: None,
-            d_model: None,
-            heads: None,
-            layers: None,
-            d_ff: None,
-            context: None,
-        }
-    }
-
-    /// Checks the fields against the kind and fills in defaults.
-    ///
-    /// ```
-    /// use burn_mpric_train::recipe::{ModelConfig, ModelKind, ModelSpec};
-    ///
-    /// let spec = ModelSpec { d_model: Some(30), heads: Some(4), ..ModelSpec::new(ModelKind::TransformerLm) };
-    /// assert_eq!(spec.resolve().unwrap_err().to_string(), "model.heads: must divide d_model (30), got 4");
-    /// let spec = ModelSpec { kernel_size: Some(4), ..ModelSpec::new(ModelKind::Conv) };
-    /// assert_eq!(spec.resolve().unwrap_err().field, "model.kernel_size");
-    /// assert_eq!(ModelSpec::new(ModelKind::Mlp).resolve().unwrap(), ModelConfig::Mlp { hidden: vec![64] });
-    /// ```
-    pub fn resolve(&self) -> Result<ModelConfig, RecipeError> {
-        let allowed: &[&str] = match self.kind {
-            ModelKind::Mlp => &["hidden"],
-            ModelKind::Conv => &["channels", "kernel_size", "hidden"],
-            ModelKind::TransformerLm => &["d_model", "heads", "layers", "d_ff", "context"],
-        };
-        let given = [
-            ("hidden", self.hidden.is_some()),
-            ("channels", self.channels.is_some()),
-            ("kernel_size", self.kernel_size.is_some()),
-            ("d_model", self.d_model.is_some()),
-            ("heads", self.heads.is_some()),
-            ("layers", self.layers.is_some()),
-            ("d_ff", self.d_ff.is_some()),
-            ("context", self.context.is_some()),
-        ];
-        for (name, present) in given {
-            if present && !allowed.contains(&name) {
-                return Err(RecipeError::new(
-                    format!("model.{name}"),
-                    format!(
-                        "not a setting of model kind `{}`; its settings are: {}",
-                        self.kind,
-                        allowed.join(", ")
-                    ),
-                ));
-            }
-        }
-        let widths = |name: &str, values: &[usize]| -> Result<(), RecipeError> {
-            match values.iter().position(|v| *v == 0 || *v > 65_536) {
-                Some(i) => Err(RecipeError::new(
-                    format!("model.{name}[{i}]"),
-                    format!("must be between 1 and 65536, got {}", values[i]),
-                )),
-                None => Ok(()),
-            }
-        };
-        let size = |name: &str, value: usize, max: usize| -> Result<usize, RecipeError> {
-            if value == 0 || value > max {
-                Err(RecipeError::new(
-                    format!("model.{name}"),
-                    format!("must be between 1 and {max}, got {value}"),
-                ))
-            } else {
-                Ok(value)
-            }
-        };
-        Ok(match self.kind {
-            ModelKind::Mlp => {
-                let hidden = self.hidden.clone().unwrap_or_else(|| vec![64]);
-                widths("hidden", &hidden)?;
-                ModelConfig::Mlp { hidden }
-            }
-            ModelKind::Conv => {
-                let channels = self.channels.clone().unwrap_or_else(|| vec![16, 16]);
-                if channels.is_empty() {
-                    return Err(RecipeError::new(
-                        "model.channels",
-                        "needs at least one convolution, e.g. [16, 16]",
-                    ));
-                }
-                widths("channels", &channels)?;
-                let kernel_size = size("kernel_size", self.kernel_size.unwrap_or(3), 15)?;
-                if kernel_size % 2 == 0 {
-                    return Err(RecipeError::new(
-                        "model.kernel_size",
-                        format!("must be odd (same padding), got {kernel_size}"),
-                    ));
-                }
-                let hidden = self.hidden.clone().unwrap_or_else(|| vec![32]);
-                widths("hidden", &hidden)?;
-                ModelConfig::Conv {
-                    channels,
-                    kernel_size,
-                    hidden,
-                }
-            }
-            ModelKind::TransformerLm => {
-                let d_model = size("d_model", self.d_model.unwrap_or(64), 4096)?;
-                let heads = size("heads", self.heads.unwrap_or(4), 64)?;
-                if d_model % heads != 0 {
-                    return Err(RecipeError::new(
-                        "model.heads",
-                        format!("must divide d_model ({d_model}), got {heads}"),
-                    ));
-                }
-                let layers = size("layers", self.layers.unwrap_or(2), 48)?;
-                let d_ff = size("d_ff", self.d_ff.unwrap_or(4 * d_model), 16_384)?;
-                let context = size("context", self.context.unwrap_or(64), 4096)?;
-                ModelConfig::TransformerLm {
-                    d_model,
-                    heads,
-                    layers,
-                    d_ff,
-                    context,
-                }
-            }
-        })
-    }
-}
-
-impl fmt::Display for ModelConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ModelConfig::Mlp { hidden } => write!(f, "mlp, hidden {hidden:?}"),
-            ModelConfig::Conv {
-                channels,
-                kernel_size,
-                hidden,
-            } => write!(
-                f,
-                "conv, channels {channels:?}, kernel {kernel_size}, hidden {hidden:?}"
-            ),
-            ModelConfig::TransformerLm {
-                d_model,
-                heads,
-                layers,
-                d_ff,
-                context,
-            } => write!(
-                f,
-                "transformer_lm, d_model {d_model}, {heads} heads, {layers} layers, d_ff {d_ff}, context {context}"
-            ),
-        }
-    }
 }
 
 /// The bundled datasets.
@@ -432,10 +169,10 @@ pub const DEFAULT_MAX_CONSECUTIVE_SKIPS: u64 = 50;
 /// larger one turns the parameters into infinities within a step or two.
 ///
 /// ```
-/// use burn_mpric_train::recipe::{MAX_LR, OptimizerKind, OptimizerSpec};
+/// use burn_mpric_train::recipe::{MAX_LR, OptimizerConfig, SgdSettings};
 ///
-/// assert!(OptimizerSpec::new(OptimizerKind::Sgd, MAX_LR).resolve().is_ok());
-/// let err = OptimizerSpec::new(OptimizerKind::Sgd, 1e308).resolve().unwrap_err();
+/// assert!(OptimizerConfig::Sgd(SgdSettings::new(MAX_LR)).validate().is_ok());
+/// let err = OptimizerConfig::Sgd(SgdSettings::new(1e308)).validate().unwrap_err();
 /// assert_eq!(err.to_string(), "optimizer.lr: must be in (0, 10], got 1e308");
 /// ```
 pub const MAX_LR: f64 = 10.0;
@@ -610,233 +347,6 @@ impl fmt::Display for Strategy {
     }
 }
 
-/// The optimizers.
-///
-/// ```
-/// use burn_mpric_train::recipe::OptimizerKind;
-///
-/// let k: OptimizerKind = serde_json::from_str("\"adamw\"").unwrap();
-/// assert_eq!(k, OptimizerKind::AdamW);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OptimizerKind {
-    /// Adam (weight decay as L2 on the gradient).
-    Adam,
-    /// AdamW (decoupled weight decay).
-    #[serde(rename = "adamw")]
-    AdamW,
-    /// SGD with optional momentum.
-    Sgd,
-}
-
-impl fmt::Display for OptimizerKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            OptimizerKind::Adam => "adam",
-            OptimizerKind::AdamW => "adamw",
-            OptimizerKind::Sgd => "sgd",
-        })
-    }
-}
-
-/// The `[optimizer]` table.
-///
-/// ```
-/// use burn_mpric_train::recipe::{OptimizerConfig, OptimizerKind, OptimizerSpec};
-///
-/// let spec = OptimizerSpec { momentum: Some(0.9), ..OptimizerSpec::new(OptimizerKind::Sgd, 0.1) };
-/// assert!(matches!(spec.resolve().unwrap(), OptimizerConfig::Sgd { momentum: 0.9, .. }));
-/// let bad = OptimizerSpec { momentum: Some(0.9), ..OptimizerSpec::new(OptimizerKind::Adam, 0.1) };
-/// assert_eq!(bad.resolve().unwrap_err().field, "optimizer.momentum");
-/// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct OptimizerSpec {
-    /// `adam`, `adamw` or `sgd`.
-    pub kind: OptimizerKind,
-    /// Peak learning rate (> 0).
-    pub lr: f64,
-    /// Weight decay (≥ 0; default 0, AdamW 0.01).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub weight_decay: Option<f64>,
-    /// Adam β1 (default 0.9).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub beta1: Option<f64>,
-    /// Adam β2 (default 0.999).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub beta2: Option<f64>,
-    /// Adam ε (default 1e-8).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub epsilon: Option<f64>,
-    /// SGD momentum (default 0).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub momentum: Option<f64>,
-    /// SGD Nesterov momentum (default false).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub nesterov: Option<bool>,
-}
-
-/// An optimizer with every setting decided (the learning rate comes from the schedule).
-///
-/// ```
-/// use burn_mpric_train::recipe::{OptimizerConfig, OptimizerKind, OptimizerSpec};
-///
-/// let adamw = OptimizerSpec::new(OptimizerKind::AdamW, 1e-3).resolve().unwrap();
-/// assert_eq!(adamw, OptimizerConfig::AdamW { beta1: 0.9, beta2: 0.999, epsilon: 1e-8, weight_decay: 0.01 });
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum OptimizerConfig {
-    /// Adam.
-    Adam {
-        /// β1.
-        beta1: f64,
-        /// β2.
-        beta2: f64,
-        /// ε.
-        epsilon: f64,
-        /// L2 weight decay.
-        weight_decay: f64,
-    },
-    /// AdamW.
-    AdamW {
-        /// β1.
-        beta1: f64,
-        /// β2.
-        beta2: f64,
-        /// ε.
-        epsilon: f64,
-        /// Decoupled weight decay.
-        weight_decay: f64,
-    },
-    /// SGD.
-    Sgd {
-        /// Momentum (0 = none).
-        momentum: f64,
-        /// Nesterov.
-        nesterov: bool,
-        /// L2 weight decay.
-        weight_decay: f64,
-    },
-}
-
-impl OptimizerSpec {
-    /// A spec of `kind` at learning rate `lr` with default settings.
-    ///
-    /// ```
-    /// use burn_mpric_train::recipe::{OptimizerKind, OptimizerSpec};
-    ///
-    /// assert!(OptimizerSpec::new(OptimizerKind::AdamW, 1e-3).resolve().is_ok());
-    /// ```
-    pub fn new(kind: OptimizerKind, lr: f64) -> Self {
-        Self {
-            kind,
-            lr,
-            weight_decay: None,
-            beta1: None,
-            beta2: None,
-            epsilon: None,
-            momentum: None,
-            nesterov: None,
-        }
-    }
-
-    /// Checks the settings against the kind and fills in defaults.
-    ///
-    /// ```
-    /// use burn_mpric_train::recipe::{OptimizerKind, OptimizerSpec};
-    ///
-    /// let bad = OptimizerSpec { beta2: Some(1.0), ..OptimizerSpec::new(OptimizerKind::Adam, 0.1) };
-    /// assert_eq!(bad.resolve().unwrap_err().to_string(), "optimizer.beta2: must be in [0, 1), got 1");
-    /// let bad = OptimizerSpec::new(OptimizerKind::Sgd, f64::NAN);
-    /// assert_eq!(bad.resolve().unwrap_err().field, "optimizer.lr");
-    /// ```
-    pub fn resolve(&self) -> Result<OptimizerConfig, RecipeError> {
-        if !(self.lr > 0.0 && self.lr <= MAX_LR) {
-            return Err(RecipeError::new(
-                "optimizer.lr",
-                format!("must be in (0, {MAX_LR}], got {}", show(self.lr)),
-            ));
-        }
-        let allowed: &[&str] = match self.kind {
-            OptimizerKind::Adam | OptimizerKind::AdamW => {
-                &["lr", "weight_decay", "beta1", "beta2", "epsilon"]
-            }
-            OptimizerKind::Sgd => &["lr", "weight_decay", "momentum", "nesterov"],
-        };
-        let given = [
-            ("beta1", self.beta1.is_some()),
-            ("beta2", self.beta2.is_some()),
-            ("epsilon", self.epsilon.is_some()),
-            ("momentum", self.momentum.is_some()),
-            ("nesterov", self.nesterov.is_some()),
-        ];
-        for (name, present) in given {
-            if present && !allowed.contains(&name) {
-                return Err(RecipeError::new(
-                    format!("optimizer.{name}"),
-                    format!(
-                        "not a setting of optimizer kind `{}`; its settings are: {}",
-                        self.kind,
-                        allowed.join(", ")
-                    ),
-                ));
-            }
-        }
-        let default_decay = if self.kind == OptimizerKind::AdamW {
-            0.01
-        } else {
-            0.0
-        };
-        let weight_decay = self.weight_decay.unwrap_or(default_decay);
-        if !(0.0..=1.0).contains(&weight_decay) {
-            return Err(RecipeError::new(
-                "optimizer.weight_decay",
-                format!("must be in [0, 1], got {}", show(weight_decay)),
-            ));
-        }
-        let beta1 = unit("optimizer.beta1", self.beta1.unwrap_or(0.9))?;
-        let beta2 = unit("optimizer.beta2", self.beta2.unwrap_or(0.999))?;
-        let epsilon = self.epsilon.unwrap_or(1e-8);
-        // The optimizers run at f32: an ε that rounds to 0 there would divide by zero.
-        if !(epsilon <= 1.0 && epsilon as f32 > 0.0) {
-            return Err(RecipeError::new(
-                "optimizer.epsilon",
-                format!(
-                    "must be in (0, 1] and nonzero at f32 (at least about 1e-45), got {epsilon}"
-                ),
-            ));
-        }
-        let momentum = unit("optimizer.momentum", self.momentum.unwrap_or(0.0))?;
-        let nesterov = self.nesterov.unwrap_or(false);
-        if nesterov && momentum == 0.0 {
-            return Err(RecipeError::new(
-                "optimizer.nesterov",
-                "needs optimizer.momentum > 0",
-            ));
-        }
-        Ok(match self.kind {
-            OptimizerKind::Adam => OptimizerConfig::Adam {
-                beta1,
-                beta2,
-                epsilon,
-                weight_decay,
-            },
-            OptimizerKind::AdamW => OptimizerConfig::AdamW {
-                beta1,
-                beta2,
-                epsilon,
-                weight_decay,
-            },
-            OptimizerKind::Sgd => OptimizerConfig::Sgd {
-                momentum,
-                nesterov,
-                weight_decay,
-            },
-        })
-    }
-}
-
 /// The learning-rate schedules.
 ///
 /// ```
@@ -927,7 +437,7 @@ impl ScheduleSpec {
 }
 
 /// A number as a person would write it: `1e308`, not 309 digits.
-fn show(value: f64) -> String {
+pub(crate) fn show(value: f64) -> String {
     if value != 0.0 && !(1e-4..1e6).contains(&value.abs()) {
         format!("{value:e}")
     } else {
@@ -954,7 +464,7 @@ fn non_negative(field: &str, value: f64) -> Result<f64, RecipeError> {
     }
 }
 
-fn unit(field: &str, value: f64) -> Result<f64, RecipeError> {
+pub(crate) fn unit(field: &str, value: f64) -> Result<f64, RecipeError> {
     if (0.0..1.0).contains(&value) {
         Ok(value)
     } else {
@@ -1096,15 +606,22 @@ impl Recipe {
     ///
     /// ```
     /// use burn_mpric_train::Recipe;
+    /// use burn_mpric_train::recipe::{MlpConfig, ModelConfig};
     ///
     /// let value = serde_json::to_value(Recipe::example()).unwrap();
-    /// let recipe = Recipe::from_value(value, "r", &["model.hidden=[8, 8]".into()]).unwrap();
-    /// assert_eq!(recipe.model.hidden, Some(vec![8, 8]));
+    /// let recipe = Recipe::from_value(value.clone(), "r", &["model.hidden=[8, 8]".into()]).unwrap();
+    /// assert_eq!(recipe.model, ModelConfig::Mlp(MlpConfig { hidden: vec![8, 8] }));
+    /// // An error inside a tagged table names its field.
+    /// let err = Recipe::from_value(value, "r", &["model.hidden=[8, -1]".into()]).unwrap_err();
+    /// assert!(err.to_string().starts_with("r: model.hidden[1]: "), "{err}");
     /// ```
     pub fn from_value(mut value: Value, label: &str, overrides: &[String]) -> Result<Self, Error> {
         apply_overrides(&mut value, overrides)?;
-        let recipe: Recipe = serde_path_to_error::deserialize(value)
-            .map_err(|err| serde_error(&err).in_file(label))?;
+        let recipe: Recipe = serde_path_to_error::deserialize(&value).map_err(|err| {
+            tagged_table_error(&value, &err)
+                .unwrap_or_else(|| serde_error("", &err))
+                .in_file(label)
+        })?;
         recipe.validate().map_err(|err| err.in_file(label))?;
         Ok(recipe)
     }
@@ -1199,8 +716,8 @@ impl Recipe {
                 "must be a folder path, got \"\"",
             ));
         }
-        let model = self.model.resolve()?;
-        let text_model = matches!(model, ModelConfig::TransformerLm { .. });
+        self.model.validate()?;
+        let text_model = matches!(self.model, ModelConfig::TransformerLm(_));
         let text_data = self.dataset.name == DatasetName::TinyText;
         if text_model != text_data {
             let accepted = if text_model {
@@ -1212,7 +729,8 @@ impl Recipe {
                 "dataset.name",
                 format!(
                     "model kind `{}` trains on {accepted}; got `{}`",
-                    self.model.kind, self.dataset.name
+                    self.model.kind(),
+                    self.dataset.name
                 ),
             ));
         }
@@ -1223,8 +741,8 @@ impl Recipe {
                 format!("must be in (0, 0.9), got {fraction}"),
             ));
         }
-        self.optimizer.resolve()?;
-        self.schedule.validate(self.optimizer.lr)?;
+        self.optimizer.validate()?;
+        self.schedule.validate(self.optimizer.lr())?;
         if let Some(steps) = self.steps
             && self.schedule.warmup_steps >= steps
         {
@@ -1260,13 +778,13 @@ impl Recipe {
             strategy: None,
             policy: Policy::F32,
             loss_scale: LossScaleSpec::default(),
-            model: ModelSpec::new(ModelKind::Mlp),
+            model: ModelConfig::Mlp(MlpConfig { hidden: vec![64] }),
             dataset: DatasetSpec {
                 name: DatasetName::Iris,
                 eval_fraction: None,
             },
             backend: BackendSpec::default(),
-            optimizer: OptimizerSpec::new(OptimizerKind::Adam, 0.01),
+            optimizer: OptimizerConfig::Adam(AdamSettings::new(0.01)),
             schedule: ScheduleSpec::default(),
         }
     }
@@ -1290,9 +808,10 @@ impl Recipe {
     ///
     /// ```
     /// use burn_mpric_train::Recipe;
+    /// use burn_mpric_train::recipe::{AdamSettings, OptimizerConfig};
     ///
     /// let mut spelled = Recipe::example();
-    /// spelled.optimizer.beta1 = Some(0.9);
+    /// spelled.optimizer = OptimizerConfig::Adam(AdamSettings { weight_decay: Some(0.0), ..AdamSettings::new(0.01) });
     /// assert_ne!(spelled, Recipe::example());
     /// assert_eq!(spelled.explicit()?, Recipe::example().explicit()?);
     /// spelled.backend.devices = Some(vec![0]);
@@ -1301,67 +820,8 @@ impl Recipe {
     /// ```
     pub fn explicit(&self) -> Result<Recipe, RecipeError> {
         let mut recipe = self.clone();
-        recipe.model = match self.model.resolve()? {
-            ModelConfig::Mlp { hidden } => ModelSpec {
-                hidden: Some(hidden),
-                ..ModelSpec::new(ModelKind::Mlp)
-            },
-            ModelConfig::Conv {
-                channels,
-                kernel_size,
-                hidden,
-            } => ModelSpec {
-                channels: Some(channels),
-                kernel_size: Some(kernel_size),
-                hidden: Some(hidden),
-                ..ModelSpec::new(ModelKind::Conv)
-            },
-            ModelConfig::TransformerLm {
-                d_model,
-                heads,
-                layers,
-                d_ff,
-                context,
-            } => ModelSpec {
-                d_model: Some(d_model),
-                heads: Some(heads),
-                layers: Some(layers),
-                d_ff: Some(d_ff),
-                context: Some(context),
-                ..ModelSpec::new(ModelKind::TransformerLm)
-            },
-        };
-        let lr = self.optimizer.lr;
-        recipe.optimizer = match self.optimizer.resolve()? {
-            OptimizerConfig::Adam {
-                beta1,
-                beta2,
-                epsilon,
-                weight_decay,
-            }
-            | OptimizerConfig::AdamW {
-                beta1,
-                beta2,
-                epsilon,
-                weight_decay,
-            } => OptimizerSpec {
-                beta1: Some(beta1),
-                beta2: Some(beta2),
-                epsilon: Some(epsilon),
-                weight_decay: Some(weight_decay),
-                ..OptimizerSpec::new(self.optimizer.kind, lr)
-            },
-            OptimizerConfig::Sgd {
-                momentum,
-                nesterov,
-                weight_decay,
-            } => OptimizerSpec {
-                momentum: Some(momentum),
-                nesterov: Some(nesterov),
-                weight_decay: Some(weight_decay),
-                ..OptimizerSpec::new(self.optimizer.kind, lr)
-            },
-        };
+        recipe.model = self.model.explicit();
+        recipe.optimizer = self.optimizer.explicit();
         recipe.dataset.eval_fraction = Some(self.dataset.eval_fraction());
         if self.schedule.kind == ScheduleKind::Cosine {
             recipe.schedule.min_lr = Some(self.schedule.min_lr.unwrap_or(0.0));
@@ -1398,9 +858,41 @@ impl Recipe {
 }
 
 /// Turns a deserialization error into a field error with a readable message.
-fn serde_error(err: &serde_path_to_error::Error<serde_json::Error>) -> RecipeError {
+/// The error inside a tagged table (`[model]`, `[optimizer]`): serde reads such a table whole
+/// before it knows the kind, so its own error stops at the table; reading the table again as
+/// the kind's settings finds the field (`model.hidden[1]`, `optimizer.lr`).
+fn tagged_table_error(
+    value: &Value,
+    err: &serde_path_to_error::Error<serde_json::Error>,
+) -> Option<RecipeError> {
+    let table = err.path().to_string();
+    let mut fields = value.get(&table)?.as_object()?.clone();
+    let kind = fields.remove("kind")?;
+    let fields = Value::Object(fields);
+    fn settings<T: serde::de::DeserializeOwned>(table: &str, fields: Value) -> Option<RecipeError> {
+        serde_path_to_error::deserialize::<_, T>(fields)
+            .err()
+            .map(|err| serde_error(table, &err))
+    }
+    match (table.as_str(), kind.as_str()?) {
+        ("model", "mlp") => settings::<MlpConfig>(&table, fields),
+        ("model", "conv") => settings::<ConvConfig>(&table, fields),
+        ("model", "transformer_lm") => settings::<TransformerLmConfig>(&table, fields),
+        ("optimizer", "adam" | "adamw") => settings::<AdamSettings>(&table, fields),
+        ("optimizer", "sgd") => settings::<SgdSettings>(&table, fields),
+        _ => None,
+    }
+}
+
+/// A deserialization error as a field error; `prefix` is the table the error's path is in.
+fn serde_error(prefix: &str, err: &serde_path_to_error::Error<serde_json::Error>) -> RecipeError {
     let path = err.path().to_string();
-    let path = if path == "." { String::new() } else { path };
+    let path = match (prefix, path.as_str()) {
+        (_, ".") => prefix.to_string(),
+        ("", _) => path,
+        (_, inner) if inner.starts_with('[') => format!("{prefix}{inner}"),
+        (_, inner) => format!("{prefix}.{inner}"),
+    };
     let message = err.inner().to_string();
     let join = |field: &str| {
         if path.is_empty() {

@@ -11,7 +11,7 @@ use crate::backend::{ResolvePolicy, dispatch};
 use crate::data::Dataset;
 use crate::error::{Error, RecipeError};
 use crate::models::Model;
-use crate::recipe::{ModelConfig, OptimizerConfig, Recipe};
+use crate::recipe::Recipe;
 
 /// A recipe that passed every check that needs no backend, with its dataset loaded.
 ///
@@ -29,10 +29,6 @@ pub struct Plan {
     pub recipe: Recipe,
     /// How errors name the recipe (its path).
     pub label: String,
-    /// The model with its sizes decided.
-    pub model: ModelConfig,
-    /// The optimizer with its settings decided.
-    pub optimizer: OptimizerConfig,
     /// The data.
     pub data: Dataset,
     /// Steps per epoch at the recipe's batch size.
@@ -75,9 +71,7 @@ impl Plan {
     pub fn new(recipe: Recipe, label: &str) -> Result<Self, Error> {
         let in_file = |err: RecipeError| err.in_file(label);
         recipe.validate().map_err(in_file)?;
-        let model = recipe.model.resolve().map_err(in_file)?;
-        let optimizer = recipe.optimizer.resolve().map_err(in_file)?;
-        let data = Dataset::load(&recipe.dataset, &model, recipe.seed).map_err(in_file)?;
+        let data = Dataset::load(&recipe.dataset, &recipe.model, recipe.seed).map_err(in_file)?;
         data.check_batch_size(recipe.batch_size).map_err(in_file)?;
         let steps_per_epoch = data.steps_per_epoch(recipe.batch_size);
         let total_steps = recipe.total_steps(steps_per_epoch);
@@ -94,8 +88,6 @@ impl Plan {
         Ok(Self {
             recipe,
             label: label.to_string(),
-            model,
-            optimizer,
             data,
             steps_per_epoch,
             total_steps,
@@ -154,8 +146,12 @@ impl Plan {
     /// # Ok::<(), burn_mpric_train::Error>(())
     /// ```
     pub fn num_params(&self) -> usize {
-        Model::<burn::backend::Flex>::init(&self.model, self.data.dims(), &Default::default())
-            .num_params()
+        Model::<burn::backend::Flex>::init(
+            &self.recipe.model,
+            self.data.dims(),
+            &Default::default(),
+        )
+        .num_params()
     }
 
     /// What the run will do, one line per item (for `mpric check`).
@@ -175,7 +171,7 @@ impl Plan {
         vec![
             format!(
                 "model:      {} ({} parameters)",
-                self.model,
+                self.recipe.model,
                 self.num_params()
             ),
             format!("dataset:    {}", self.data.describe()),
@@ -200,8 +196,8 @@ impl Plan {
             ),
             format!(
                 "optimizer:  {} lr {} ({} schedule, {} warmup steps)",
-                r.optimizer.kind,
-                r.optimizer.lr,
+                r.optimizer.kind(),
+                r.optimizer.lr(),
                 format!("{:?}", r.schedule.kind).to_lowercase(),
                 r.schedule.warmup_steps
             ),

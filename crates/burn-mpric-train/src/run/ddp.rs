@@ -42,8 +42,12 @@ pub(crate) fn train<B: Backend>(
     let count = replicas.len();
     // One model for all: the all-reduce pairs gradients by parameter id.
     let (plan, recipe) = (run.plan, &run.plan.recipe);
-    let model =
-        Model::<Ad<B>>::init_seeded(&plan.model, plan.data.dims(), recipe.seed, &replicas[0]);
+    let model = Model::<Ad<B>>::init_seeded(
+        &plan.recipe.model,
+        plan.data.dims(),
+        recipe.seed,
+        &replicas[0],
+    );
     let turn = StepTurn::new(count);
     let results: Vec<Result<Summary, Error>> = std::thread::scope(|s| {
         let threads: Vec<_> = replicas
@@ -55,7 +59,7 @@ pub(crate) fn train<B: Backend>(
                 s.spawn(move || {
                     let _registered = Registered::new(PeerId::from(peer), &device, count)?;
                     with_optimizer::<B, _>(
-                        run.plan.optimizer,
+                        run.plan.recipe.optimizer,
                         Loop {
                             run,
                             replicas: vec![device],

@@ -39,7 +39,7 @@ impl BackendTask for Run<'_> {
             return ddp_train(self, replicas);
         }
         with_optimizer::<B, _>(
-            self.plan.optimizer,
+            self.plan.recipe.optimizer,
             Loop {
                 run: self,
                 replicas,

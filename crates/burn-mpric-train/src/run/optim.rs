@@ -24,46 +24,33 @@ pub(crate) fn with_optimizer<B: Backend, T: OptimizerTask<B>>(
     config: OptimizerConfig,
     task: T,
 ) -> T::Output {
+    let weight_decay = config.weight_decay();
     match config {
-        OptimizerConfig::Adam {
-            beta1,
-            beta2,
-            epsilon,
-            weight_decay,
-        } => task.run(
+        OptimizerConfig::Adam(s) => task.run(
             AdamConfig::new()
-                .with_beta_1(beta1 as f32)
-                .with_beta_2(beta2 as f32)
-                .with_epsilon(epsilon as f32)
+                .with_beta_1(s.beta1 as f32)
+                .with_beta_2(s.beta2 as f32)
+                .with_epsilon(s.epsilon as f32)
                 .with_weight_decay(
                     (weight_decay > 0.0).then(|| WeightDecayConfig::new(weight_decay as f32)),
                 )
                 .init(),
         ),
-        OptimizerConfig::AdamW {
-            beta1,
-            beta2,
-            epsilon,
-            weight_decay,
-        } => task.run(
+        OptimizerConfig::AdamW(s) => task.run(
             AdamWConfig::new()
-                .with_beta_1(beta1 as f32)
-                .with_beta_2(beta2 as f32)
-                .with_epsilon(epsilon as f32)
+                .with_beta_1(s.beta1 as f32)
+                .with_beta_2(s.beta2 as f32)
+                .with_epsilon(s.epsilon as f32)
                 .with_weight_decay(weight_decay as f32)
                 .init(),
         ),
-        OptimizerConfig::Sgd {
-            momentum,
-            nesterov,
-            weight_decay,
-        } => task.run(
+        OptimizerConfig::Sgd(s) => task.run(
             SgdConfig::new()
-                .with_momentum((momentum > 0.0).then(|| {
+                .with_momentum((s.momentum > 0.0).then(|| {
                     MomentumConfig::new()
-                        .with_momentum(momentum)
+                        .with_momentum(s.momentum)
                         .with_dampening(0.0)
-                        .with_nesterov(nesterov)
+                        .with_nesterov(s.nesterov)
                 }))
                 .with_weight_decay(
                     (weight_decay > 0.0).then(|| WeightDecayConfig::new(weight_decay as f32)),

@@ -380,7 +380,7 @@ where
 
     std::fs::create_dir_all(output).map_err(|e| Error::io(output, e))?;
     let mut model = model.unwrap_or_else(|| {
-        Model::<Ad<B>>::init_seeded(&plan.model, plan.data.dims(), recipe.seed, device)
+        Model::<Ad<B>>::init_seeded(&plan.recipe.model, plan.data.dims(), recipe.seed, device)
     });
     let (mut scaler, mut sampler, mut rows, mut evals, start) = match resume {
         Some((found, state)) => {
@@ -410,7 +410,10 @@ where
     let stop = options.until.map_or(total, |u| u.min(total)).max(start);
     let title = format!(
         "{} ({} on {}, {})",
-        plan.label, recipe.model.kind, recipe.backend.name, policy
+        plan.label,
+        recipe.model.kind(),
+        recipe.backend.name,
+        policy
     );
     let is_main = peers.is_main();
     if is_main && options.log {
@@ -418,7 +421,7 @@ where
             "training {}: {} steps of {} on {} {} ({policy}) -> {}",
             plan.label,
             plan.total_steps,
-            recipe.model.kind,
+            recipe.model.kind(),
             recipe.backend.name,
             recipe.backend.describe_devices(),
             output.display()
@@ -442,7 +445,7 @@ where
         let t0 = Instant::now();
         let items = sampler.next_items();
         let predictions = plan.data.predictions(items.len());
-        let lr = recipe.schedule.lr(recipe.optimizer.lr, step, total);
+        let lr = recipe.schedule.lr(recipe.optimizer.lr(), step, total);
         let StepGrads {
             grads,
             scaled_loss,
@@ -642,7 +645,7 @@ fn write_reports(
 /// use burn_mpric_train::{Recipe, data::Dataset, evaluate, models::Model};
 ///
 /// let recipe = Recipe::example();
-/// let config = recipe.model.resolve().unwrap();
+/// let config = recipe.model.clone();
 /// let data = Dataset::load(&recipe.dataset, &config, 0).unwrap();
 /// let device = Default::default();
 /// let model = Model::<Flex>::init_seeded(&config, data.dims(), 0, &device);
