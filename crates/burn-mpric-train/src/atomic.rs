@@ -23,16 +23,6 @@ pub(crate) fn sync_dir(dir: &Path) {
 
 /// Writes `bytes` to `path` atomically: a temporary file next to it (`.<name>.tmp`),
 /// flushed, then renamed over `path`.
-///
-/// ```
-/// use burn_mpric_train::atomic::write_atomic;
-///
-/// let path = std::env::temp_dir().join(format!("mpric-doc-{}.txt", std::process::id()));
-/// write_atomic(&path, b"one").unwrap();
-/// write_atomic(&path, b"two").unwrap();
-/// assert_eq!(std::fs::read(&path).unwrap(), b"two");
-/// # std::fs::remove_file(path).unwrap();
-/// ```
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     let name = path
         .file_name()
@@ -43,4 +33,18 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     fs::rename(&tmp, path).map_err(|e| Error::io(path, e))?;
     sync_dir(parent);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_second_write_replaces_the_first() {
+        use crate::atomic::write_atomic;
+
+        let path = std::env::temp_dir().join(format!("mpric-doc-{}.txt", std::process::id()));
+        write_atomic(&path, b"one").unwrap();
+        write_atomic(&path, b"two").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"two");
+        std::fs::remove_file(path).unwrap();
+    }
 }

@@ -11,22 +11,6 @@ use crate::error::RecipeError;
 use crate::recipe::{BackendName, BackendSpec};
 
 /// Work generic over the backend; [`dispatch`] picks the backend at run time.
-///
-/// ```
-/// use burn::tensor::backend::Backend;
-/// use burn_mpric_train::backend::{BackendTask, dispatch};
-/// use burn_mpric_train::recipe::{BackendName, BackendSpec};
-///
-/// struct Name;
-/// impl BackendTask for Name {
-///     type Output = String;
-///     fn run<B: Backend>(self, _device: B::Device, backend: BackendName) -> String {
-///         format!("{backend}: {}", B::name(&Default::default()))
-///     }
-/// }
-/// let out = dispatch(&BackendSpec::default(), Name).unwrap();
-/// assert!(out.starts_with("flex"));
-/// ```
 pub trait BackendTask {
     /// What the task returns.
     type Output;
@@ -48,24 +32,6 @@ pub trait BackendTask {
 ///
 /// Device indices: the CPU backends have one device (0); for wgpu, 0 is the default adapter
 /// and n ≥ 1 the n-th discrete GPU; for cuda, the GPU index.
-///
-/// ```
-/// use burn::tensor::backend::Backend;
-/// use burn_mpric_train::backend::{BackendTask, dispatch};
-/// use burn_mpric_train::recipe::{BackendName, BackendSpec};
-///
-/// struct One;
-/// impl BackendTask for One {
-///     type Output = usize;
-///     fn run<B: Backend>(self, _device: B::Device, _backend: BackendName) -> usize {
-///         1
-///     }
-/// }
-/// let spec = BackendSpec { name: BackendName::NdArray, ..BackendSpec::default() };
-/// assert_eq!(dispatch(&spec, One).unwrap(), 1);
-/// let bad = BackendSpec { device: 3, ..BackendSpec::default() };
-/// assert_eq!(dispatch(&bad, One).unwrap_err().field, "backend.device");
-/// ```
 pub fn dispatch<T: BackendTask>(spec: &BackendSpec, task: T) -> Result<T::Output, RecipeError> {
     let indices = spec.device_list();
     let field = if spec.devices.is_some() {
@@ -182,17 +148,6 @@ static START_LOCK: Mutex<()> = Mutex::new(());
 /// The mixed-precision device running `policy` on `inner`; a policy the device cannot run is
 /// an error naming the `policy` field and the dtypes the backend supports, and a backend
 /// that fails to start is an error naming `backend.name`.
-///
-/// ```
-/// use burn::backend::NdArray;
-/// use burn_mpric_train::backend::mp_device;
-/// use burn_mpric_train::recipe::BackendName;
-///
-/// let policy = "mixed_f16".parse().unwrap();
-/// let err = mp_device::<NdArray>(Default::default(), policy, BackendName::NdArray).unwrap_err();
-/// assert_eq!(err.field, "policy");
-/// assert!(err.message.contains("ndarray supports f64, f32"), "{err}");
-/// ```
 pub fn mp_device<B: Backend>(
     inner: B::Device,
     policy: Policy,
@@ -242,16 +197,6 @@ pub fn mp_device<B: Backend>(
 
 /// Starts a device of the backend with `policy` and returns the policy as it resolves there
 /// (`half` becomes f16 or bf16): what `mpric check` and `mpric policy` ask of a backend.
-///
-/// ```
-/// use burn_mpric_train::backend::{ResolvePolicy, dispatch};
-/// use burn_mpric_train::recipe::{BackendName, BackendSpec};
-///
-/// let spec = BackendSpec { name: BackendName::Flex, device: 0, devices: None };
-/// let resolved = dispatch(&spec, ResolvePolicy("c=half".parse().unwrap()))??;
-/// assert_eq!(resolved.to_string(), "p=f32,c=bf16,o=bf16");
-/// # Ok::<(), burn_mpric_train::RecipeError>(())
-/// ```
 pub struct ResolvePolicy(pub Policy);
 
 impl BackendTask for ResolvePolicy {
@@ -259,5 +204,78 @@ impl BackendTask for ResolvePolicy {
 
     fn run<B: Backend>(self, device: B::Device, backend: BackendName) -> Self::Output {
         mp_device::<B>(device, self.0, backend).map(|d| d.policy())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_task_runs_on_the_named_backend() {
+        use crate::backend::{BackendTask, dispatch};
+        use crate::recipe::{BackendName, BackendSpec};
+        use burn::tensor::backend::Backend;
+
+        struct Name;
+        impl BackendTask for Name {
+            type Output = String;
+            fn run<B: Backend>(self, _device: B::Device, backend: BackendName) -> String {
+                format!("{backend}: {}", B::name(&Default::default()))
+            }
+        }
+        let out = dispatch(&BackendSpec::default(), Name).unwrap();
+        assert!(out.starts_with("flex"));
+    }
+
+    #[test]
+    fn a_device_the_backend_lacks_is_a_field_error() {
+        use crate::backend::{BackendTask, dispatch};
+        use crate::recipe::{BackendName, BackendSpec};
+        use burn::tensor::backend::Backend;
+
+        struct One;
+        impl BackendTask for One {
+            type Output = usize;
+            fn run<B: Backend>(self, _device: B::Device, _backend: BackendName) -> usize {
+                1
+            }
+        }
+        let spec = BackendSpec {
+            name: BackendName::NdArray,
+            ..BackendSpec::default()
+        };
+        assert_eq!(dispatch(&spec, One).unwrap(), 1);
+        let bad = BackendSpec {
+            device: 3,
+            ..BackendSpec::default()
+        };
+        assert_eq!(dispatch(&bad, One).unwrap_err().field, "backend.device");
+    }
+
+    #[test]
+    fn a_policy_the_device_cannot_run_names_the_policy_field() {
+        use crate::backend::mp_device;
+        use crate::recipe::BackendName;
+        use burn::backend::NdArray;
+
+        let policy = "mixed_f16".parse().unwrap();
+        let err =
+            mp_device::<NdArray>(Default::default(), policy, BackendName::NdArray).unwrap_err();
+        assert_eq!(err.field, "policy");
+        assert!(err.message.contains("ndarray supports f64, f32"), "{err}");
+    }
+
+    #[test]
+    fn half_resolves_to_what_the_device_runs() -> Result<(), crate::RecipeError> {
+        use crate::backend::{ResolvePolicy, dispatch};
+        use crate::recipe::{BackendName, BackendSpec};
+
+        let spec = BackendSpec {
+            name: BackendName::Flex,
+            device: 0,
+            devices: None,
+        };
+        let resolved = dispatch(&spec, ResolvePolicy("c=half".parse().unwrap()))??;
+        assert_eq!(resolved.to_string(), "p=f32,c=bf16,o=bf16");
+        Ok(())
     }
 }

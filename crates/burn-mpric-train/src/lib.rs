@@ -26,8 +26,8 @@
 //! stopped and resumed gives the parameters of the uninterrupted run.
 #![warn(missing_docs)]
 
-pub mod atomic;
-pub mod backend;
+mod atomic;
+mod backend;
 pub mod checkpoint;
 pub mod cli;
 pub mod data;

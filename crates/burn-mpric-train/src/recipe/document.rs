@@ -11,17 +11,6 @@ use crate::error::RecipeError;
 
 /// Converts a TOML value to JSON, refusing non-finite floats; `path` is the dotted field path
 /// of `value` (empty for the whole document).
-///
-/// ```
-/// use burn_mpric_train::recipe::document::from_toml;
-///
-/// let table: toml::Value = toml::from_str("steps = 5\n[optimizer]\nlr = nan").unwrap();
-/// let err = from_toml(table, "").unwrap_err();
-/// assert_eq!(err.to_string(), "optimizer.lr: must be a finite number, got nan");
-///
-/// let ok: toml::Value = toml::from_str("lr = 0.1\nhidden = [8, 8]").unwrap();
-/// assert_eq!(from_toml(ok, "").unwrap(), serde_json::json!({"lr": 0.1, "hidden": [8, 8]}));
-/// ```
 pub fn from_toml(value: toml::Value, path: &str) -> Result<Value, RecipeError> {
     let child = |key: &str| {
         if path.is_empty() {
@@ -61,4 +50,25 @@ pub fn from_toml(value: toml::Value, path: &str) -> Result<Value, RecipeError> {
                 .collect::<Result<Map<_, _>, _>>()?,
         ),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn non_finite_numbers_are_refused_with_their_path() {
+        use crate::recipe::document::from_toml;
+
+        let table: toml::Value = toml::from_str("steps = 5\n[optimizer]\nlr = nan").unwrap();
+        let err = from_toml(table, "").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "optimizer.lr: must be a finite number, got nan"
+        );
+
+        let ok: toml::Value = toml::from_str("lr = 0.1\nhidden = [8, 8]").unwrap();
+        assert_eq!(
+            from_toml(ok, "").unwrap(),
+            serde_json::json!({"lr": 0.1, "hidden": [8, 8]})
+        );
+    }
 }

@@ -22,11 +22,11 @@
 //! lr = 0.01
 //! ```
 
-pub mod document;
+pub(crate) mod document;
 pub mod loss_scale;
 mod model;
 mod optimizer;
-pub mod overrides;
+pub(crate) mod overrides;
 pub mod plan;
 
 pub use model::{ConvConfig, MlpConfig, ModelConfig, TransformerLmConfig};

@@ -8,20 +8,6 @@ use crate::error::Error;
 /// Parses one `key=value` override: the key is a dotted path (`optimizer.lr`), the value is
 /// read as a TOML value (`20`, `0.01`, `true`, `[32, 32]`, `"text"`) and, when it is not
 /// one, taken as a plain string (`mixed_f16`, `runs/x`).
-///
-/// ```
-/// use burn_mpric_train::recipe::overrides::parse_override;
-/// use serde_json::json;
-///
-/// assert_eq!(parse_override("steps=20").unwrap(), (vec!["steps".to_string()], json!(20)));
-/// assert_eq!(parse_override("policy=p=f32,c=bf16").unwrap().1, json!("p=f32,c=bf16"));
-/// assert_eq!(parse_override("model.hidden=[8, 8]").unwrap().1, json!([8, 8]));
-/// assert!(parse_override("no-equals-sign").is_err());
-/// assert!(parse_override("a..b=1").is_err());
-/// // One override per --set: a second line would otherwise be dropped silently.
-/// assert!(parse_override("steps=5\nseed=3").unwrap_err().to_string().contains("one line"));
-/// assert!(parse_override("optimizer.lr=nan").unwrap_err().to_string().contains("must be a finite number"));
-/// ```
 pub fn parse_override(arg: &str) -> Result<(Vec<String>, Value), Error> {
     let fail = |message: &str| Error::Override {
         arg: arg.escape_debug().to_string(),
@@ -59,16 +45,6 @@ pub fn parse_override(arg: &str) -> Result<(Vec<String>, Value), Error> {
 }
 
 /// Applies `key=value` overrides to a parsed recipe document, in order.
-///
-/// ```
-/// use burn_mpric_train::recipe::overrides::apply_overrides;
-/// use serde_json::json;
-///
-/// let mut doc = json!({"steps": 100, "optimizer": {"lr": 0.1}});
-/// apply_overrides(&mut doc, &["steps=20".into(), "optimizer.lr=0.01".into(), "model.kind=mlp".into()]).unwrap();
-/// assert_eq!(doc, json!({"steps": 20, "optimizer": {"lr": 0.01}, "model": {"kind": "mlp"}}));
-/// assert!(apply_overrides(&mut doc, &["steps.x=1".into()]).is_err());
-/// ```
 pub fn apply_overrides(document: &mut Value, overrides: &[String]) -> Result<(), Error> {
     for arg in overrides {
         let (path, value) = parse_override(arg)?;
@@ -98,4 +74,63 @@ pub fn apply_overrides(document: &mut Value, overrides: &[String]) -> Result<(),
         map.insert(last.clone(), value);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn overrides_parse_as_toml_values_or_strings() {
+        use crate::recipe::overrides::parse_override;
+        use serde_json::json;
+
+        assert_eq!(
+            parse_override("steps=20").unwrap(),
+            (vec!["steps".to_string()], json!(20))
+        );
+        assert_eq!(
+            parse_override("policy=p=f32,c=bf16").unwrap().1,
+            json!("p=f32,c=bf16")
+        );
+        assert_eq!(
+            parse_override("model.hidden=[8, 8]").unwrap().1,
+            json!([8, 8])
+        );
+        assert!(parse_override("no-equals-sign").is_err());
+        assert!(parse_override("a..b=1").is_err());
+        // One override per --set: a second line would otherwise be dropped silently.
+        assert!(
+            parse_override("steps=5\nseed=3")
+                .unwrap_err()
+                .to_string()
+                .contains("one line")
+        );
+        assert!(
+            parse_override("optimizer.lr=nan")
+                .unwrap_err()
+                .to_string()
+                .contains("must be a finite number")
+        );
+    }
+
+    #[test]
+    fn overrides_land_at_their_path() {
+        use crate::recipe::overrides::apply_overrides;
+        use serde_json::json;
+
+        let mut doc = json!({"steps": 100, "optimizer": {"lr": 0.1}});
+        apply_overrides(
+            &mut doc,
+            &[
+                "steps=20".into(),
+                "optimizer.lr=0.01".into(),
+                "model.kind=mlp".into(),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            doc,
+            json!({"steps": 20, "optimizer": {"lr": 0.01}, "model": {"kind": "mlp"}})
+        );
+        assert!(apply_overrides(&mut doc, &["steps.x=1".into()]).is_err());
+    }
 }

@@ -1,4 +1,4 @@
 //! What a run writes for people to read: the metrics (CSV, JSON) and the plots (SVG).
 
 pub mod metrics;
-pub mod plot;
+pub(crate) mod plot;

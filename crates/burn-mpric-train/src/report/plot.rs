@@ -63,17 +63,6 @@ fn padded(values: impl Iterator<Item = f64>) -> (f64, f64) {
 }
 
 /// The loss curve as SVG text: training loss per step (line) and held-out loss (dots).
-///
-/// ```
-/// use burn_mpric_train::report::metrics::StepRow;
-/// use burn_mpric_train::report::plot::loss_svg;
-///
-/// let rows: Vec<StepRow> = (1..=5).map(|s| StepRow { step: s, epoch: 0, lr: 0.1,
-///     loss: Some(1.0 / s as f32), accuracy: None, loss_scale: 1.0, skipped: false,
-///     skipped_total: 0, grad_norm: None, step_ms: 1.0 }).collect();
-/// let svg = loss_svg(&rows, &[], "doc").unwrap();
-/// assert!(svg.starts_with("<svg") && svg.contains("<polyline"));
-/// ```
 pub fn loss_svg(rows: &[StepRow], eval: &[EvalRow], title: &str) -> Result<String, String> {
     let mut svg = String::new();
     {
@@ -151,17 +140,6 @@ pub fn loss_svg(rows: &[StepRow], eval: &[EvalRow], title: &str) -> Result<Strin
 
 /// The loss scale used by each step as SVG text (log scale), skipped steps marked with red
 /// crosses.
-///
-/// ```
-/// use burn_mpric_train::report::metrics::StepRow;
-/// use burn_mpric_train::report::plot::loss_scale_svg;
-///
-/// let rows: Vec<StepRow> = (1..=4).map(|s| StepRow { step: s, epoch: 0, lr: 0.1, loss: None,
-///     accuracy: None, loss_scale: 65536.0 / s as f32, skipped: s == 2, skipped_total: 0,
-///     grad_norm: None, step_ms: 1.0 }).collect();
-/// let svg = loss_scale_svg(&rows, "doc").unwrap();
-/// assert!(svg.contains("<polyline") && svg.contains("skipped"));
-/// ```
 pub fn loss_scale_svg(rows: &[StepRow], title: &str) -> Result<String, String> {
     let mut svg = String::new();
     {
@@ -224,14 +202,6 @@ pub fn loss_scale_svg(rows: &[StepRow], title: &str) -> Result<String, String> {
 }
 
 /// Writes `loss.svg` and `loss_scale.svg` into `dir`, each atomically.
-///
-/// ```
-/// let dir = std::env::temp_dir().join(format!("mpric-doc-plot-{}", std::process::id()));
-/// std::fs::create_dir_all(&dir).unwrap();
-/// burn_mpric_train::report::plot::write(&dir, &[], &[], "empty run").unwrap();
-/// assert!(std::fs::read_to_string(dir.join("loss.svg")).unwrap().starts_with("<svg"));
-/// # std::fs::remove_dir_all(&dir).unwrap();
-/// ```
 pub fn write(dir: &Path, rows: &[StepRow], eval: &[EvalRow], title: &str) -> Result<(), Error> {
     let path = dir.join("loss.svg");
     let svg = loss_svg(rows, eval, title).map_err(|e| plot_error(&path, e))?;
@@ -239,4 +209,66 @@ pub fn write(dir: &Path, rows: &[StepRow], eval: &[EvalRow], title: &str) -> Res
     let path = dir.join("loss_scale.svg");
     let svg = loss_scale_svg(rows, title).map_err(|e| plot_error(&path, e))?;
     write_atomic(&path, svg.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_loss_plot_draws_a_curve() {
+        use crate::report::metrics::StepRow;
+        use crate::report::plot::loss_svg;
+
+        let rows: Vec<StepRow> = (1..=5)
+            .map(|s| StepRow {
+                step: s,
+                epoch: 0,
+                lr: 0.1,
+                loss: Some(1.0 / s as f32),
+                accuracy: None,
+                loss_scale: 1.0,
+                skipped: false,
+                skipped_total: 0,
+                grad_norm: None,
+                step_ms: 1.0,
+            })
+            .collect();
+        let svg = loss_svg(&rows, &[], "doc").unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains("<polyline"));
+    }
+
+    #[test]
+    fn the_scale_plot_is_an_svg() {
+        use crate::report::metrics::StepRow;
+        use crate::report::plot::loss_scale_svg;
+
+        let rows: Vec<StepRow> = (1..=4)
+            .map(|s| StepRow {
+                step: s,
+                epoch: 0,
+                lr: 0.1,
+                loss: None,
+                accuracy: None,
+                loss_scale: 65536.0 / s as f32,
+                skipped: s == 2,
+                skipped_total: 0,
+                grad_norm: None,
+                step_ms: 1.0,
+            })
+            .collect();
+        let svg = loss_scale_svg(&rows, "doc").unwrap();
+        assert!(svg.contains("<polyline") && svg.contains("skipped"));
+    }
+
+    #[test]
+    fn both_plots_are_written() {
+        let dir = std::env::temp_dir().join(format!("mpric-doc-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        crate::report::plot::write(&dir, &[], &[], "empty run").unwrap();
+        assert!(
+            std::fs::read_to_string(dir.join("loss.svg"))
+                .unwrap()
+                .starts_with("<svg")
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -4,36 +4,17 @@
 //! leaves a stale lock behind.
 
 use std::fs::{File, OpenOptions, TryLockError};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::error::Error;
 
 /// The lock file's name inside an output folder.
-///
-/// ```
-/// assert_eq!(burn_mpric_train::run::lock::LOCK_FILE, ".mpric.lock");
-/// ```
 pub const LOCK_FILE: &str = ".mpric.lock";
 
 /// The lock on an output folder, held until dropped.
-///
-/// ```
-/// use burn_mpric_train::run::lock::RunLock;
-///
-/// let output = std::env::temp_dir().join(format!("mpric-doc-lock-{}", std::process::id()));
-/// let held = RunLock::acquire(&output)?;
-/// let err = RunLock::acquire(&output).unwrap_err();
-/// assert!(err.to_string().contains("another mpric run is writing to this output folder"), "{err}");
-/// assert_eq!(err.exit_code(), 2);
-/// drop(held);
-/// assert!(RunLock::acquire(&output).is_ok());
-/// # std::fs::remove_dir_all(&output).unwrap();
-/// # Ok::<(), burn_mpric_train::Error>(())
-/// ```
 #[derive(Debug)]
 pub struct RunLock {
     _file: File,
-    path: PathBuf,
 }
 
 impl RunLock {
@@ -49,27 +30,33 @@ impl RunLock {
             .open(&path)
             .map_err(|e| Error::io(&path, e))?;
         match file.try_lock() {
-            Ok(()) => Ok(Self { _file: file, path }),
+            Ok(()) => Ok(Self { _file: file }),
             Err(TryLockError::WouldBlock) => Err(Error::Locked {
                 path: output.to_path_buf(),
             }),
             Err(TryLockError::Error(e)) => Err(Error::io(&path, e)),
         }
     }
+}
 
-    /// The lock file.
-    ///
-    /// ```
-    /// use burn_mpric_train::run::lock::RunLock;
-    ///
-    /// let output = std::env::temp_dir().join(format!("mpric-doc-lock-path-{}", std::process::id()));
-    /// let lock = RunLock::acquire(&output)?;
-    /// assert!(lock.path().ends_with(".mpric.lock"));
-    /// # drop(lock);
-    /// # std::fs::remove_dir_all(&output).unwrap();
-    /// # Ok::<(), burn_mpric_train::Error>(())
-    /// ```
-    pub fn path(&self) -> &Path {
-        &self.path
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_second_run_is_refused_until_the_first_lets_go() -> Result<(), crate::Error> {
+        use crate::run::lock::RunLock;
+
+        let output = std::env::temp_dir().join(format!("mpric-doc-lock-{}", std::process::id()));
+        let held = RunLock::acquire(&output)?;
+        let err = RunLock::acquire(&output).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("another mpric run is writing to this output folder"),
+            "{err}"
+        );
+        assert_eq!(err.exit_code(), 2);
+        drop(held);
+        assert!(RunLock::acquire(&output).is_ok());
+        std::fs::remove_dir_all(&output).unwrap();
+        Ok(())
     }
 }

@@ -4,7 +4,7 @@
 
 #[cfg(feature = "ddp")]
 mod ddp;
-pub mod lock;
+pub(crate) mod lock;
 pub(crate) mod optim;
 pub(crate) mod resume;
 pub(crate) mod train;
