@@ -8,7 +8,7 @@ use burn::tensor::backend::Backend;
 use burn_mpric::{MixedPrecision, MpDevice, Policy, PolicyError, ResolvedPolicy, dtype_name};
 
 use crate::error::RecipeError;
-use crate::recipe::{BackendName, BackendSpec};
+use crate::recipe::{BackendConfig, BackendName};
 
 /// Work generic over the backend; [`dispatch`] picks the backend at run time.
 pub trait BackendTask {
@@ -32,7 +32,7 @@ pub trait BackendTask {
 ///
 /// Device indices: the CPU backends have one device (0); for wgpu, 0 is the default adapter
 /// and n ≥ 1 the n-th discrete GPU; for cuda, the GPU index.
-pub fn dispatch<T: BackendTask>(spec: &BackendSpec, task: T) -> Result<T::Output, RecipeError> {
+pub fn dispatch<T: BackendTask>(spec: &BackendConfig, task: T) -> Result<T::Output, RecipeError> {
     let indices = spec.device_list();
     let field = if spec.devices.is_some() {
         "backend.devices"
@@ -124,7 +124,7 @@ fn wgpu_device(index: usize) -> Result<burn::backend::wgpu::WgpuDevice, RecipeEr
 }
 
 #[cfg(feature = "cuda")]
-fn cuda<T: BackendTask>(spec: &BackendSpec, task: T) -> Result<T::Output, RecipeError> {
+fn cuda<T: BackendTask>(spec: &BackendConfig, task: T) -> Result<T::Output, RecipeError> {
     let devices = spec
         .device_list()
         .into_iter()
@@ -134,7 +134,7 @@ fn cuda<T: BackendTask>(spec: &BackendSpec, task: T) -> Result<T::Output, Recipe
 }
 
 #[cfg(not(feature = "cuda"))]
-fn cuda<T: BackendTask>(_spec: &BackendSpec, _task: T) -> Result<T::Output, RecipeError> {
+fn cuda<T: BackendTask>(_spec: &BackendConfig, _task: T) -> Result<T::Output, RecipeError> {
     Err(RecipeError::new(
         "backend.name",
         "`cuda` needs the `cuda` cargo feature of burn-mpric-train (cargo run --release -p burn-mpric-train --features cuda --bin mpric -- ...); accepted in this build: flex, ndarray, wgpu",
@@ -212,7 +212,7 @@ mod tests {
     #[test]
     fn a_task_runs_on_the_named_backend() {
         use crate::backend::{BackendTask, dispatch};
-        use crate::recipe::{BackendName, BackendSpec};
+        use crate::recipe::{BackendConfig, BackendName};
         use burn::tensor::backend::Backend;
 
         struct Name;
@@ -222,14 +222,14 @@ mod tests {
                 format!("{backend}: {}", B::name(&Default::default()))
             }
         }
-        let out = dispatch(&BackendSpec::default(), Name).unwrap();
+        let out = dispatch(&BackendConfig::default(), Name).unwrap();
         assert!(out.starts_with("flex"));
     }
 
     #[test]
     fn a_device_the_backend_lacks_is_a_field_error() {
         use crate::backend::{BackendTask, dispatch};
-        use crate::recipe::{BackendName, BackendSpec};
+        use crate::recipe::{BackendConfig, BackendName};
         use burn::tensor::backend::Backend;
 
         struct One;
@@ -239,14 +239,14 @@ mod tests {
                 1
             }
         }
-        let spec = BackendSpec {
+        let spec = BackendConfig {
             name: BackendName::NdArray,
-            ..BackendSpec::default()
+            ..BackendConfig::default()
         };
         assert_eq!(dispatch(&spec, One).unwrap(), 1);
-        let bad = BackendSpec {
+        let bad = BackendConfig {
             device: 3,
-            ..BackendSpec::default()
+            ..BackendConfig::default()
         };
         assert_eq!(dispatch(&bad, One).unwrap_err().field, "backend.device");
     }
@@ -267,9 +267,9 @@ mod tests {
     #[test]
     fn half_resolves_to_what_the_device_runs() -> Result<(), crate::RecipeError> {
         use crate::backend::{ResolvePolicy, dispatch};
-        use crate::recipe::{BackendName, BackendSpec};
+        use crate::recipe::{BackendConfig, BackendName};
 
-        let spec = BackendSpec {
+        let spec = BackendConfig {
             name: BackendName::Flex,
             device: 0,
             devices: None,

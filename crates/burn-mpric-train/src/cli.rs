@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::backend::{ResolvePolicy, dispatch};
 use crate::error::Error;
 use crate::recipe::plan::Plan;
-use crate::recipe::{BackendName, BackendSpec};
+use crate::recipe::{BackendConfig, BackendName};
 use crate::run::{Summary, TrainOptions, train};
 
 /// Train Burn models from recipe files, with mixed precision.
@@ -216,7 +216,7 @@ fn explain_policy(args: &PolicyArgs) -> Result<(), Error> {
         .parse()
         .map_err(|e| Error::Usage(format!("policy `{}`: {e}", args.text)))?;
 
-    let spec = BackendSpec {
+    let spec = BackendConfig {
         name: args.backend,
         device: args.device,
         devices: None,

@@ -8,7 +8,7 @@ use burn::tensor::{Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
 use crate::error::RecipeError;
-use crate::recipe::{DatasetName, DatasetSpec, ModelConfig};
+use crate::recipe::{DatasetConfig, DatasetName, ModelConfig};
 use crate::rng::Rng;
 use tabular::{Tabular, Task};
 use text::Text;
@@ -59,7 +59,7 @@ impl Dataset {
     /// let other = Dataset::load(&recipe.dataset, &recipe.model.clone(), 1).unwrap();
     /// assert_eq!(other.train_len(), data.train_len());
     /// ```
-    pub fn load(spec: &DatasetSpec, model: &ModelConfig, seed: u64) -> Result<Self, RecipeError> {
+    pub fn load(spec: &DatasetConfig, model: &ModelConfig, seed: u64) -> Result<Self, RecipeError> {
         match spec.name {
             DatasetName::TinyText => {
                 let context = match model {

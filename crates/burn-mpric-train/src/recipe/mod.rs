@@ -109,15 +109,15 @@ pub struct Recipe {
     /// The model.
     pub model: ModelConfig,
     /// The data.
-    pub dataset: DatasetSpec,
+    pub dataset: DatasetConfig,
     /// Where to run.
     #[serde(default)]
-    pub backend: BackendSpec,
+    pub backend: BackendConfig,
     /// The optimizer.
     pub optimizer: OptimizerConfig,
     /// The learning-rate schedule.
     #[serde(default)]
-    pub schedule: ScheduleSpec,
+    pub schedule: ScheduleConfig,
 }
 
 /// The bundled datasets.
@@ -180,15 +180,15 @@ pub const MAX_LR: f64 = 10.0;
 /// The `[dataset]` table.
 ///
 /// ```
-/// use burn_mpric_train::recipe::{DatasetName, DatasetSpec};
+/// use burn_mpric_train::recipe::{DatasetName, DatasetConfig};
 ///
-/// let spec: DatasetSpec = serde_json::from_str(r#"{"name": "iris"}"#).unwrap();
+/// let spec: DatasetConfig = serde_json::from_str(r#"{"name": "iris"}"#).unwrap();
 /// assert_eq!(spec.eval_fraction(), 0.2);
 /// assert_eq!(spec.name, DatasetName::Iris);
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct DatasetSpec {
+pub struct DatasetConfig {
     /// `iris`, `winequality`, `diabetes` or `tiny_text`.
     pub name: DatasetName,
     /// The share held out for evaluation (default 0.2; 0.1 for text).
@@ -196,13 +196,13 @@ pub struct DatasetSpec {
     pub eval_fraction: Option<f64>,
 }
 
-impl DatasetSpec {
+impl DatasetConfig {
     /// The evaluation share, with its default.
     ///
     /// ```
-    /// use burn_mpric_train::recipe::{DatasetName, DatasetSpec};
+    /// use burn_mpric_train::recipe::{DatasetName, DatasetConfig};
     ///
-    /// let text = DatasetSpec { name: DatasetName::TinyText, eval_fraction: None };
+    /// let text = DatasetConfig { name: DatasetName::TinyText, eval_fraction: None };
     /// assert_eq!(text.eval_fraction(), 0.1);
     /// ```
     pub fn eval_fraction(&self) -> f64 {
@@ -249,13 +249,13 @@ impl fmt::Display for BackendName {
 /// The `[backend]` table.
 ///
 /// ```
-/// use burn_mpric_train::recipe::{BackendName, BackendSpec};
+/// use burn_mpric_train::recipe::{BackendName, BackendConfig};
 ///
-/// assert_eq!(BackendSpec::default().name, BackendName::Flex);
+/// assert_eq!(BackendConfig::default().name, BackendName::Flex);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct BackendSpec {
+pub struct BackendConfig {
     /// `flex` (default), `ndarray`, `wgpu` or `cuda`.
     #[serde(default = "default_backend")]
     pub name: BackendName,
@@ -274,7 +274,7 @@ fn default_backend() -> BackendName {
     BackendName::Flex
 }
 
-impl Default for BackendSpec {
+impl Default for BackendConfig {
     fn default() -> Self {
         Self {
             name: BackendName::Flex,
@@ -284,14 +284,14 @@ impl Default for BackendSpec {
     }
 }
 
-impl BackendSpec {
+impl BackendConfig {
     /// The devices a run uses, the main one first.
     ///
     /// ```
-    /// use burn_mpric_train::recipe::BackendSpec;
+    /// use burn_mpric_train::recipe::BackendConfig;
     ///
-    /// assert_eq!(BackendSpec::default().device_list(), vec![0]);
-    /// let two = BackendSpec { devices: Some(vec![1, 2]), ..BackendSpec::default() };
+    /// assert_eq!(BackendConfig::default().device_list(), vec![0]);
+    /// let two = BackendConfig { devices: Some(vec![1, 2]), ..BackendConfig::default() };
     /// assert_eq!(two.device_list(), vec![1, 2]);
     /// ```
     pub fn device_list(&self) -> Vec<usize> {
@@ -301,9 +301,9 @@ impl BackendSpec {
     /// The devices, written as a person reads them (`device 0`, `devices [0, 1]`).
     ///
     /// ```
-    /// use burn_mpric_train::recipe::BackendSpec;
+    /// use burn_mpric_train::recipe::BackendConfig;
     ///
-    /// assert_eq!(BackendSpec::default().describe_devices(), "device 0");
+    /// assert_eq!(BackendConfig::default().describe_devices(), "device 0");
     /// ```
     pub fn describe_devices(&self) -> String {
         match &self.devices {
@@ -369,16 +369,16 @@ pub enum ScheduleKind {
 /// The `[schedule]` table: a linear warmup, then constant or cosine.
 ///
 /// ```
-/// use burn_mpric_train::recipe::{ScheduleKind, ScheduleSpec};
+/// use burn_mpric_train::recipe::{ScheduleKind, ScheduleConfig};
 ///
-/// let s = ScheduleSpec { kind: ScheduleKind::Cosine, warmup_steps: 10, min_lr: None };
+/// let s = ScheduleConfig { kind: ScheduleKind::Cosine, warmup_steps: 10, min_lr: None };
 /// assert_eq!(s.lr(1.0, 5, 100), 0.5);
 /// assert_eq!(s.lr(1.0, 11, 100), 1.0);
 /// assert!(s.lr(1.0, 100, 100) < 0.01);
 /// ```
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ScheduleSpec {
+pub struct ScheduleConfig {
     /// `constant` (default) or `cosine`.
     #[serde(default)]
     pub kind: ScheduleKind,
@@ -390,13 +390,13 @@ pub struct ScheduleSpec {
     pub min_lr: Option<f64>,
 }
 
-impl ScheduleSpec {
+impl ScheduleConfig {
     /// The learning rate of step `step` (1-based) of `total`, for peak `peak`.
     ///
     /// ```
-    /// use burn_mpric_train::recipe::ScheduleSpec;
+    /// use burn_mpric_train::recipe::ScheduleConfig;
     ///
-    /// let constant = ScheduleSpec::default();
+    /// let constant = ScheduleConfig::default();
     /// assert_eq!(constant.lr(0.1, 1, 100), 0.1);
     /// assert_eq!(constant.lr(0.1, 100, 100), 0.1);
     /// ```
@@ -779,13 +779,13 @@ impl Recipe {
             policy: Policy::F32,
             loss_scale: LossScaleSpec::default(),
             model: ModelConfig::Mlp(MlpConfig { hidden: vec![64] }),
-            dataset: DatasetSpec {
+            dataset: DatasetConfig {
                 name: DatasetName::Iris,
                 eval_fraction: None,
             },
-            backend: BackendSpec::default(),
+            backend: BackendConfig::default(),
             optimizer: OptimizerConfig::Adam(AdamSettings::new(0.01)),
-            schedule: ScheduleSpec::default(),
+            schedule: ScheduleConfig::default(),
         }
     }
 

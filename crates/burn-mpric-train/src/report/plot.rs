@@ -213,49 +213,38 @@ pub fn write(dir: &Path, rows: &[StepRow], eval: &[EvalRow], title: &str) -> Res
 
 #[cfg(test)]
 mod tests {
+    use crate::report::metrics::StepRow;
+
+    fn row(step: u64, loss: Option<f32>, loss_scale: f32, skipped: bool) -> StepRow {
+        StepRow {
+            step,
+            epoch: 0,
+            lr: 0.1,
+            loss,
+            accuracy: None,
+            loss_scale,
+            skipped,
+            skipped_total: 0,
+            grad_norm: None,
+            step_ms: 1.0,
+        }
+    }
+
     #[test]
     fn the_loss_plot_draws_a_curve() {
-        use crate::report::metrics::StepRow;
-        use crate::report::plot::loss_svg;
-
         let rows: Vec<StepRow> = (1..=5)
-            .map(|s| StepRow {
-                step: s,
-                epoch: 0,
-                lr: 0.1,
-                loss: Some(1.0 / s as f32),
-                accuracy: None,
-                loss_scale: 1.0,
-                skipped: false,
-                skipped_total: 0,
-                grad_norm: None,
-                step_ms: 1.0,
-            })
+            .map(|s| row(s, Some(1.0 / s as f32), 1.0, false))
             .collect();
-        let svg = loss_svg(&rows, &[], "doc").unwrap();
+        let svg = super::loss_svg(&rows, &[], "doc").unwrap();
         assert!(svg.starts_with("<svg") && svg.contains("<polyline"));
     }
 
     #[test]
-    fn the_scale_plot_is_an_svg() {
-        use crate::report::metrics::StepRow;
-        use crate::report::plot::loss_scale_svg;
-
+    fn the_scale_plot_marks_the_skipped_steps() {
         let rows: Vec<StepRow> = (1..=4)
-            .map(|s| StepRow {
-                step: s,
-                epoch: 0,
-                lr: 0.1,
-                loss: None,
-                accuracy: None,
-                loss_scale: 65536.0 / s as f32,
-                skipped: s == 2,
-                skipped_total: 0,
-                grad_norm: None,
-                step_ms: 1.0,
-            })
+            .map(|s| row(s, None, 65536.0 / s as f32, s == 2))
             .collect();
-        let svg = loss_scale_svg(&rows, "doc").unwrap();
+        let svg = super::loss_scale_svg(&rows, "doc").unwrap();
         assert!(svg.contains("<polyline") && svg.contains("skipped"));
     }
 

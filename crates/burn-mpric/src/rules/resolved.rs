@@ -4,7 +4,7 @@ use core::fmt;
 use core::str::FromStr;
 
 use burn::tensor::FloatDType;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 
 use crate::{Policy, PolicyDType, PolicyError};
 
@@ -26,7 +26,8 @@ use crate::{Policy, PolicyDType, PolicyError};
 /// assert_eq!(Policy::from(resolved), policy);
 /// assert!(ResolvedPolicy::try_from("c=half".parse::<Policy>().unwrap()).is_err());
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "Policy", into = "Policy")]
 pub struct ResolvedPolicy {
     param: FloatDType,
     compute: FloatDType,
@@ -211,18 +212,5 @@ impl FromStr for ResolvedPolicy {
 impl fmt::Display for ResolvedPolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         Policy::from(*self).fmt(f)
-    }
-}
-
-impl Serialize for ResolvedPolicy {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for ResolvedPolicy {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        text.parse().map_err(serde::de::Error::custom)
     }
 }
