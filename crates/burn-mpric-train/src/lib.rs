@@ -21,7 +21,7 @@
 //!
 //! Determinism: the model is initialized from the recipe's seed (Burn's backend RNG is
 //! seeded right before init, under a lock), the data split and batch order come from this
-//! crate's own generator ([`rng::Rng`]) whose state is checkpointed, and the models use no
+//! crate's own generator (`rng.rs`) whose state is checkpointed, and the models use no
 //! dropout. Two runs of one recipe on one machine give the same parameters, and a run
 //! stopped and resumed gives the parameters of the uninterrupted run.
 #![warn(missing_docs)]
@@ -30,15 +30,15 @@ mod atomic;
 mod backend;
 pub mod checkpoint;
 pub mod cli;
-pub mod data;
+mod data;
 mod error;
-pub mod models;
+mod models;
 pub mod recipe;
 pub mod report;
-pub mod rng;
+mod rng;
 pub mod run;
 
 pub use error::{Error, RecipeError};
 pub use recipe::Recipe;
 pub use recipe::plan::{BackendCheck, Plan};
-pub use run::{Summary, TrainOptions, evaluate, train};
+pub use run::{Summary, TrainOptions, train};

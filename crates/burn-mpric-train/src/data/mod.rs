@@ -14,16 +14,6 @@ use tabular::{Tabular, Task};
 use text::Text;
 
 /// A loaded dataset.
-///
-/// ```
-/// use burn_mpric_train::data::Dataset;
-/// use burn_mpric_train::Recipe;
-///
-/// let recipe = Recipe::example(); // iris
-/// let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
-/// assert_eq!(data.steps_per_epoch(16), 7); // 120 training examples
-/// assert!(data.check_batch_size(121).is_err());
-/// ```
 #[derive(Debug, Clone)]
 pub enum Dataset {
     /// Features and targets.
@@ -33,13 +23,6 @@ pub enum Dataset {
 }
 
 /// The sizes a model needs from its data.
-///
-/// ```
-/// # use burn_mpric_train::{Recipe, data::Dataset};
-/// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-/// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
-/// assert_eq!(data.dims(), burn_mpric_train::data::Dims { inputs: 4, outputs: 3 });
-/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Dims {
     /// Features per example, or the vocabulary size for text.
@@ -50,15 +33,6 @@ pub struct Dims {
 
 impl Dataset {
     /// Loads the dataset of a recipe; the split depends on `seed`.
-    ///
-    /// ```
-    /// # use burn_mpric_train::{Recipe, data::Dataset};
-    /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
-    /// assert_eq!(data.train_len() + data.eval_len(), 150);
-    /// let other = Dataset::load(&recipe.dataset, &recipe.model.clone(), 1).unwrap();
-    /// assert_eq!(other.train_len(), data.train_len());
-    /// ```
     pub fn load(spec: &DatasetConfig, model: &ModelConfig, seed: u64) -> Result<Self, RecipeError> {
         match spec.name {
             DatasetName::TinyText => {
@@ -78,13 +52,6 @@ impl Dataset {
     }
 
     /// Input and output sizes for the model.
-    ///
-    /// ```
-    /// # use burn_mpric_train::{Recipe, data::Dataset};
-    /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
-    /// assert_eq!((data.dims().inputs, data.dims().outputs), (4, 3));
-    /// ```
     pub fn dims(&self) -> Dims {
         match self {
             Dataset::Tabular(t) => Dims {
@@ -98,14 +65,8 @@ impl Dataset {
         }
     }
 
+    #[cfg(test)]
     /// Training examples (tabular) or characters (text).
-    ///
-    /// ```
-    /// # use burn_mpric_train::{Recipe, data::Dataset};
-    /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
-    /// assert_eq!(data.train_len(), 120);
-    /// ```
     pub fn train_len(&self) -> usize {
         match self {
             Dataset::Tabular(t) => t.train_len(),
@@ -113,14 +74,8 @@ impl Dataset {
         }
     }
 
+    #[cfg(test)]
     /// Evaluation examples (tabular) or characters (text).
-    ///
-    /// ```
-    /// # use burn_mpric_train::{Recipe, data::Dataset};
-    /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
-    /// assert_eq!(data.eval_len(), 30);
-    /// ```
     pub fn eval_len(&self) -> usize {
         match self {
             Dataset::Tabular(t) => t.eval_len(),
@@ -129,13 +84,6 @@ impl Dataset {
     }
 
     /// Whether accuracy applies (classification and language modelling).
-    ///
-    /// ```
-    /// # use burn_mpric_train::{Recipe, data::Dataset};
-    /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
-    /// assert!(data.has_accuracy());
-    /// ```
     pub fn has_accuracy(&self) -> bool {
         !matches!(
             self,
@@ -148,14 +96,6 @@ impl Dataset {
 
     /// Steps in one epoch: full batches per pass over the training examples (tabular), or
     /// batches of windows that cover the training characters once on average (text).
-    ///
-    /// ```
-    /// # use burn_mpric_train::{Recipe, data::Dataset};
-    /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
-    /// assert_eq!(data.steps_per_epoch(16), 7);
-    /// assert_eq!(data.steps_per_epoch(1000), 1);
-    /// ```
     pub fn steps_per_epoch(&self, batch_size: usize) -> u64 {
         let batch_size = batch_size.max(1);
         let steps = match self {
@@ -166,14 +106,6 @@ impl Dataset {
     }
 
     /// Errors if a batch is larger than the training split.
-    ///
-    /// ```
-    /// # use burn_mpric_train::{Recipe, data::Dataset};
-    /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
-    /// assert!(data.check_batch_size(120).is_ok());
-    /// assert_eq!(data.check_batch_size(121).unwrap_err().field, "batch_size");
-    /// ```
     pub fn check_batch_size(&self, batch_size: usize) -> Result<(), RecipeError> {
         if let Dataset::Text(_) = self
             && batch_size > MAX_TEXT_BATCH
@@ -199,14 +131,6 @@ impl Dataset {
     }
 
     /// Evaluation items in batches of at most `batch_size`.
-    ///
-    /// ```
-    /// # use burn_mpric_train::{Recipe, data::Dataset};
-    /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
-    /// let batches = data.eval_batches(16);
-    /// assert_eq!(batches.iter().map(Vec::len).collect::<Vec<_>>(), vec![16, 14]);
-    /// ```
     pub fn eval_batches(&self, batch_size: usize) -> Vec<Vec<usize>> {
         let items: Vec<usize> = match self {
             Dataset::Tabular(t) => (0..t.eval_len()).collect(),
@@ -219,18 +143,6 @@ impl Dataset {
     }
 
     /// The tensors of some training (`eval == false`) or evaluation items.
-    ///
-    /// ```
-    /// # use burn_mpric_train::{Recipe, data::Dataset};
-    /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
-    /// use burn::backend::Flex;
-    /// use burn_mpric_train::data::Inputs;
-    ///
-    /// let batch = data.batch::<Flex>(false, &[0, 5, 7], &Default::default());
-    /// assert_eq!(batch.len, 3);
-    /// assert!(matches!(batch.inputs, Inputs::Features(ref x) if x.dims() == [3, 4]));
-    /// ```
     pub fn batch<B: Backend>(&self, eval: bool, items: &[usize], device: &B::Device) -> Batch<B> {
         let n = items.len();
         match self {
@@ -269,15 +181,6 @@ impl Dataset {
 
     /// Predictions in a batch of `items` examples (the batch's `len`): one per example, or
     /// one per character of each window for text.
-    ///
-    /// ```
-    /// use burn_mpric_train::{Recipe, data::Dataset};
-    ///
-    /// let recipe = Recipe::example();
-    /// let config = recipe.model.clone();
-    /// let data = Dataset::load(&recipe.dataset, &config, 0).unwrap();
-    /// assert_eq!(data.predictions(16), 16);
-    /// ```
     pub fn predictions(&self, items: usize) -> usize {
         match self {
             Dataset::Tabular(_) => items,
@@ -286,13 +189,6 @@ impl Dataset {
     }
 
     /// A one-line description: name, sizes, split.
-    ///
-    /// ```
-    /// # use burn_mpric_train::{Recipe, data::Dataset};
-    /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
-    /// assert!(data.describe().starts_with("iris: 4 features, 3 classes"));
-    /// ```
     pub fn describe(&self) -> String {
         match self {
             Dataset::Tabular(t) => format!(
@@ -318,17 +214,6 @@ impl Dataset {
 }
 
 /// Model inputs.
-///
-/// ```
-/// # use burn_mpric_train::{Recipe, data::Dataset};
-/// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-/// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
-/// use burn::backend::Flex;
-/// use burn_mpric_train::data::Inputs;
-///
-/// let batch = data.batch::<Flex>(true, &[0, 1], &Default::default());
-/// assert!(matches!(batch.inputs, Inputs::Features(_)));
-/// ```
 #[derive(Debug, Clone)]
 pub enum Inputs<B: Backend> {
     /// Standardized features, `[batch, features]`.
@@ -338,17 +223,6 @@ pub enum Inputs<B: Backend> {
 }
 
 /// Training targets.
-///
-/// ```
-/// # use burn_mpric_train::{Recipe, data::Dataset};
-/// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-/// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
-/// use burn::backend::Flex;
-/// use burn_mpric_train::data::Targets;
-///
-/// let batch = data.batch::<Flex>(true, &[0, 1], &Default::default());
-/// assert!(matches!(batch.targets, Targets::Classes(ref y) if y.dims() == [2]));
-/// ```
 #[derive(Debug, Clone)]
 pub enum Targets<B: Backend> {
     /// Class indices, `[batch]`.
@@ -360,14 +234,6 @@ pub enum Targets<B: Backend> {
 }
 
 /// One batch: inputs, targets, and the number of predictions it holds.
-///
-/// ```
-/// # use burn_mpric_train::{Recipe, data::Dataset};
-/// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-/// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
-/// let batch = data.batch::<burn::backend::Flex>(false, &[3, 4], &Default::default());
-/// assert_eq!(batch.len, 2);
-/// ```
 #[derive(Debug, Clone)]
 pub struct Batch<B: Backend> {
     /// The inputs.
@@ -384,20 +250,6 @@ pub struct Batch<B: Backend> {
 /// For tabular data, `rng` is the generator state at the start of the current epoch (the
 /// epoch's shuffle is redrawn from it) and `cursor` the next example of that order; for text,
 /// `rng` is the current generator state and `cursor` the number of batches drawn.
-///
-/// ```
-/// # use burn_mpric_train::{Recipe, data::Dataset};
-/// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-/// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
-/// use burn_mpric_train::data::Sampler;
-///
-/// let mut sampler = Sampler::new(&data, 0, 16);
-/// for _ in 0..8 {
-///     sampler.next_items();
-/// }
-/// // 7 full batches per epoch: the 8th batch starts the second epoch.
-/// assert_eq!((sampler.position().epoch, sampler.position().cursor), (1, 16));
-/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DataPosition {
     /// Generator state (see above).
@@ -409,18 +261,6 @@ pub struct DataPosition {
 }
 
 /// Draws training batches in a deterministic order.
-///
-/// ```
-/// use burn_mpric_train::data::{Dataset, Sampler};
-/// use burn_mpric_train::Recipe;
-///
-/// let recipe = Recipe::example();
-/// let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
-/// let mut a = Sampler::new(&data, 7, 16);
-/// a.next_items();
-/// let mut b = Sampler::restore(&data, a.position(), 16);
-/// assert_eq!(a.next_items(), b.next_items());
-/// ```
 #[derive(Debug, Clone)]
 pub struct Sampler {
     position: DataPosition,
@@ -443,16 +283,6 @@ const ORDER_STREAM: u64 = 2;
 
 impl Sampler {
     /// The order of a fresh run.
-    ///
-    /// ```
-    /// # use burn_mpric_train::{Recipe, data::Dataset};
-    /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
-    /// use burn_mpric_train::data::Sampler;
-    ///
-    /// let (mut a, mut b) = (Sampler::new(&data, 0, 16), Sampler::new(&data, 1, 16));
-    /// assert_ne!(a.next_items(), b.next_items());
-    /// ```
     pub fn new(data: &Dataset, seed: u64, batch_size: usize) -> Self {
         let position = DataPosition {
             rng: Rng::stream(seed, ORDER_STREAM).state(),
@@ -463,20 +293,6 @@ impl Sampler {
     }
 
     /// The order of a resumed run, from a checkpoint's position.
-    ///
-    /// ```
-    /// # use burn_mpric_train::{Recipe, data::Dataset};
-    /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
-    /// use burn_mpric_train::data::Sampler;
-    ///
-    /// let mut a = Sampler::new(&data, 0, 16);
-    /// for _ in 0..9 {
-    ///     a.next_items();
-    /// }
-    /// let mut b = Sampler::restore(&data, a.position(), 16);
-    /// assert_eq!(a.next_items(), b.next_items());
-    /// ```
     pub fn restore(data: &Dataset, position: DataPosition, batch_size: usize) -> Self {
         let kind = match data {
             Dataset::Tabular(t) => {
@@ -496,16 +312,6 @@ impl Sampler {
     }
 
     /// Whether a position (from a checkpoint) can be restored on this data.
-    ///
-    /// ```
-    /// # use burn_mpric_train::{Recipe, data::Dataset};
-    /// # let recipe = Recipe::example(); // iris: 120 training examples
-    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
-    /// use burn_mpric_train::data::{DataPosition, Sampler};
-    ///
-    /// assert!(Sampler::fits(&data, DataPosition { rng: 1, epoch: 0, cursor: 112 }));
-    /// assert!(!Sampler::fits(&data, DataPosition { rng: 1, epoch: 0, cursor: 500 }));
-    /// ```
     pub fn fits(data: &Dataset, position: DataPosition) -> bool {
         match data {
             Dataset::Tabular(t) => position.cursor as usize <= t.train_len(),
@@ -514,34 +320,11 @@ impl Sampler {
     }
 
     /// The position after the batches drawn so far.
-    ///
-    /// ```
-    /// # use burn_mpric_train::{Recipe, data::Dataset};
-    /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
-    /// use burn_mpric_train::data::Sampler;
-    ///
-    /// let mut sampler = Sampler::new(&data, 0, 16);
-    /// sampler.next_items();
-    /// assert_eq!(sampler.position().cursor, 16);
-    /// ```
     pub fn position(&self) -> DataPosition {
         self.position
     }
 
     /// The items (example indices or window starts) of the next training batch.
-    ///
-    /// ```
-    /// # use burn_mpric_train::{Recipe, data::Dataset};
-    /// # let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-    /// # let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
-    /// use burn_mpric_train::data::Sampler;
-    ///
-    /// let mut sampler = Sampler::new(&data, 0, 16);
-    /// let items = sampler.next_items();
-    /// assert_eq!(items.len(), 16);
-    /// assert!(items.iter().all(|i| *i < 120));
-    /// ```
     pub fn next_items(&mut self) -> Vec<usize> {
         let batch = self.batch_size;
         match &mut self.kind {
@@ -578,4 +361,275 @@ fn shuffled(n: usize, state: u64) -> (Vec<usize>, Rng) {
     let mut order: Vec<usize> = (0..n).collect();
     rng.shuffle(&mut order);
     (order, rng)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn dataset() {
+        use crate::Recipe;
+        use crate::data::Dataset;
+
+        let recipe = Recipe::example(); // iris
+        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        assert_eq!(data.steps_per_epoch(16), 7); // 120 training examples
+        assert!(data.check_batch_size(121).is_err());
+    }
+
+    #[test]
+    fn dims() {
+        use crate::{Recipe, data::Dataset};
+        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        assert_eq!(
+            data.dims(),
+            crate::data::Dims {
+                inputs: 4,
+                outputs: 3
+            }
+        );
+    }
+
+    #[test]
+    fn load() {
+        use crate::{Recipe, data::Dataset};
+        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        assert_eq!(data.train_len() + data.eval_len(), 150);
+        let other = Dataset::load(&recipe.dataset, &recipe.model.clone(), 1).unwrap();
+        assert_eq!(other.train_len(), data.train_len());
+    }
+
+    #[test]
+    fn dims_2() {
+        use crate::{Recipe, data::Dataset};
+        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        assert_eq!((data.dims().inputs, data.dims().outputs), (4, 3));
+    }
+
+    #[test]
+    fn train_len() {
+        use crate::{Recipe, data::Dataset};
+        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        assert_eq!(data.train_len(), 120);
+    }
+
+    #[test]
+    fn eval_len() {
+        use crate::{Recipe, data::Dataset};
+        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        assert_eq!(data.eval_len(), 30);
+    }
+
+    #[test]
+    fn has_accuracy() {
+        use crate::{Recipe, data::Dataset};
+        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        assert!(data.has_accuracy());
+    }
+
+    #[test]
+    fn steps_per_epoch() {
+        use crate::{Recipe, data::Dataset};
+        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        assert_eq!(data.steps_per_epoch(16), 7);
+        assert_eq!(data.steps_per_epoch(1000), 1);
+    }
+
+    #[test]
+    fn check_batch_size() {
+        use crate::{Recipe, data::Dataset};
+        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        assert!(data.check_batch_size(120).is_ok());
+        assert_eq!(data.check_batch_size(121).unwrap_err().field, "batch_size");
+    }
+
+    #[test]
+    fn eval_batches() {
+        use crate::{Recipe, data::Dataset};
+        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        let batches = data.eval_batches(16);
+        assert_eq!(
+            batches.iter().map(Vec::len).collect::<Vec<_>>(),
+            vec![16, 14]
+        );
+    }
+
+    #[test]
+    fn batch() {
+        use crate::{Recipe, data::Dataset};
+        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        use crate::data::Inputs;
+        use burn::backend::Flex;
+
+        let batch = data.batch::<Flex>(false, &[0, 5, 7], &Default::default());
+        assert_eq!(batch.len, 3);
+        assert!(matches!(batch.inputs, Inputs::Features(ref x) if x.dims() == [3, 4]));
+    }
+
+    #[test]
+    fn predictions() {
+        use crate::{Recipe, data::Dataset};
+
+        let recipe = Recipe::example();
+        let config = recipe.model.clone();
+        let data = Dataset::load(&recipe.dataset, &config, 0).unwrap();
+        assert_eq!(data.predictions(16), 16);
+    }
+
+    #[test]
+    fn describe() {
+        use crate::{Recipe, data::Dataset};
+        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        assert!(data.describe().starts_with("iris: 4 features, 3 classes"));
+    }
+
+    #[test]
+    fn inputs() {
+        use crate::{Recipe, data::Dataset};
+        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        use crate::data::Inputs;
+        use burn::backend::Flex;
+
+        let batch = data.batch::<Flex>(true, &[0, 1], &Default::default());
+        assert!(matches!(batch.inputs, Inputs::Features(_)));
+    }
+
+    #[test]
+    fn targets() {
+        use crate::{Recipe, data::Dataset};
+        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        use crate::data::Targets;
+        use burn::backend::Flex;
+
+        let batch = data.batch::<Flex>(true, &[0, 1], &Default::default());
+        assert!(matches!(batch.targets, Targets::Classes(ref y) if y.dims() == [2]));
+    }
+
+    #[test]
+    fn batch_2() {
+        use crate::{Recipe, data::Dataset};
+        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        let batch = data.batch::<burn::backend::Flex>(false, &[3, 4], &Default::default());
+        assert_eq!(batch.len, 2);
+    }
+
+    #[test]
+    fn dataposition() {
+        use crate::{Recipe, data::Dataset};
+        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        use crate::data::Sampler;
+
+        let mut sampler = Sampler::new(&data, 0, 16);
+        for _ in 0..8 {
+            sampler.next_items();
+        }
+        // 7 full batches per epoch: the 8th batch starts the second epoch.
+        assert_eq!(
+            (sampler.position().epoch, sampler.position().cursor),
+            (1, 16)
+        );
+    }
+
+    #[test]
+    fn sampler() {
+        use crate::Recipe;
+        use crate::data::{Dataset, Sampler};
+
+        let recipe = Recipe::example();
+        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        let mut a = Sampler::new(&data, 7, 16);
+        a.next_items();
+        let mut b = Sampler::restore(&data, a.position(), 16);
+        assert_eq!(a.next_items(), b.next_items());
+    }
+
+    #[test]
+    fn new() {
+        use crate::{Recipe, data::Dataset};
+        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        use crate::data::Sampler;
+
+        let (mut a, mut b) = (Sampler::new(&data, 0, 16), Sampler::new(&data, 1, 16));
+        assert_ne!(a.next_items(), b.next_items());
+    }
+
+    #[test]
+    fn restore() {
+        use crate::{Recipe, data::Dataset};
+        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        use crate::data::Sampler;
+
+        let mut a = Sampler::new(&data, 0, 16);
+        for _ in 0..9 {
+            a.next_items();
+        }
+        let mut b = Sampler::restore(&data, a.position(), 16);
+        assert_eq!(a.next_items(), b.next_items());
+    }
+
+    #[test]
+    fn fits() {
+        use crate::{Recipe, data::Dataset};
+        let recipe = Recipe::example(); // iris: 120 training examples
+        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        use crate::data::{DataPosition, Sampler};
+
+        assert!(Sampler::fits(
+            &data,
+            DataPosition {
+                rng: 1,
+                epoch: 0,
+                cursor: 112
+            }
+        ));
+        assert!(!Sampler::fits(
+            &data,
+            DataPosition {
+                rng: 1,
+                epoch: 0,
+                cursor: 500
+            }
+        ));
+    }
+
+    #[test]
+    fn position() {
+        use crate::{Recipe, data::Dataset};
+        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        use crate::data::Sampler;
+
+        let mut sampler = Sampler::new(&data, 0, 16);
+        sampler.next_items();
+        assert_eq!(sampler.position().cursor, 16);
+    }
+
+    #[test]
+    fn next_items() {
+        use crate::{Recipe, data::Dataset};
+        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
+        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        use crate::data::Sampler;
+
+        let mut sampler = Sampler::new(&data, 0, 16);
+        let items = sampler.next_items();
+        assert_eq!(items.len(), 16);
+        assert!(items.iter().all(|i| *i < 120));
+    }
 }

@@ -6,15 +6,6 @@ use crate::recipe::DatasetName;
 use crate::rng::Rng;
 
 /// What the targets are.
-///
-/// ```
-/// # use burn_mpric_train::data::tabular::{Tabular, Task};
-/// # use burn_mpric_train::recipe::DatasetName;
-/// let wine = Tabular::load(DatasetName::Winequality, 0.2, 0).unwrap();
-/// assert_eq!(wine.task, Task::Classification { classes: 6 });
-/// let diabetes = Tabular::load(DatasetName::Diabetes, 0.2, 0).unwrap();
-/// assert_eq!(diabetes.task, Task::Regression);
-/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Task {
     /// Class indices `0..classes`; cross-entropy loss, accuracy reported.
@@ -29,15 +20,6 @@ pub enum Task {
 
 /// A tabular dataset split into training and evaluation examples, features standardized
 /// with the training split's statistics.
-///
-/// ```
-/// use burn_mpric_train::data::tabular::{Tabular, Task};
-/// use burn_mpric_train::recipe::DatasetName;
-///
-/// let iris = Tabular::load(DatasetName::Iris, 0.2, 0).unwrap();
-/// assert_eq!((iris.features, iris.train_len(), iris.eval_len()), (4, 120, 30));
-/// assert_eq!(iris.task, Task::Classification { classes: 3 });
-/// ```
 #[derive(Debug, Clone)]
 pub struct Tabular {
     /// Which dataset.
@@ -55,15 +37,6 @@ pub struct Tabular {
 impl Tabular {
     /// Loads `name` and splits off `eval_fraction` of it for evaluation, with a split drawn
     /// from `seed`.
-    ///
-    /// ```
-    /// # use burn_mpric_train::data::tabular::{Tabular, Task};
-    /// # use burn_mpric_train::recipe::DatasetName;
-    /// let a = Tabular::load(DatasetName::Iris, 0.2, 0).unwrap();
-    /// let b = Tabular::load(DatasetName::Iris, 0.2, 1).unwrap();
-    /// assert_ne!(a.rows(true, &[0]), b.rows(true, &[0])); // another split
-    /// assert!(Tabular::load(DatasetName::TinyText, 0.2, 0).is_err());
-    /// ```
     pub fn load(name: DatasetName, eval_fraction: f64, seed: u64) -> Result<Self, RecipeError> {
         let (records, targets, features, classification): (Vec<f64>, Vec<f64>, usize, bool) =
             match name {
@@ -190,34 +163,16 @@ impl Tabular {
     }
 
     /// Training examples.
-    ///
-    /// ```
-    /// # use burn_mpric_train::data::tabular::{Tabular, Task};
-    /// # use burn_mpric_train::recipe::DatasetName;
-    /// assert_eq!(Tabular::load(DatasetName::Iris, 0.5, 0).unwrap().train_len(), 75);
-    /// ```
     pub fn train_len(&self) -> usize {
         self.train_y.len()
     }
 
     /// Evaluation examples.
-    ///
-    /// ```
-    /// # use burn_mpric_train::data::tabular::{Tabular, Task};
-    /// # use burn_mpric_train::recipe::DatasetName;
-    /// assert_eq!(Tabular::load(DatasetName::Iris, 0.1, 0).unwrap().eval_len(), 15);
-    /// ```
     pub fn eval_len(&self) -> usize {
         self.eval_y.len()
     }
 
     /// Outputs of a model for this task: the classes, or 1 for regression.
-    ///
-    /// ```
-    /// # use burn_mpric_train::data::tabular::{Tabular, Task};
-    /// # use burn_mpric_train::recipe::DatasetName;
-    /// assert_eq!(Tabular::load(DatasetName::Diabetes, 0.2, 0).unwrap().outputs(), 1);
-    /// ```
     pub fn outputs(&self) -> usize {
         match self.task {
             Task::Classification { classes } => classes,
@@ -226,15 +181,6 @@ impl Tabular {
     }
 
     /// The features (row-major, `items.len() × features`) and targets of some examples.
-    ///
-    /// ```
-    /// # use burn_mpric_train::data::tabular::{Tabular, Task};
-    /// # use burn_mpric_train::recipe::DatasetName;
-    /// let iris = Tabular::load(DatasetName::Iris, 0.2, 0).unwrap();
-    /// let (x, y) = iris.rows(false, &[0, 1]);
-    /// assert_eq!((x.len(), y.len()), (8, 2));
-    /// assert!(y.iter().all(|c| [0.0, 1.0, 2.0].contains(c)));
-    /// ```
     pub fn rows(&self, eval: bool, items: &[usize]) -> (Vec<f32>, Vec<f32>) {
         let (x, y) = if eval {
             (&self.eval_x, &self.eval_y)
@@ -253,3 +199,83 @@ impl Tabular {
 
 /// The random stream of the train/eval split.
 const SPLIT_STREAM: u64 = 1;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn task() {
+        use crate::data::tabular::{Tabular, Task};
+        use crate::recipe::DatasetName;
+        let wine = Tabular::load(DatasetName::Winequality, 0.2, 0).unwrap();
+        assert_eq!(wine.task, Task::Classification { classes: 6 });
+        let diabetes = Tabular::load(DatasetName::Diabetes, 0.2, 0).unwrap();
+        assert_eq!(diabetes.task, Task::Regression);
+    }
+
+    #[test]
+    fn tabular() {
+        use crate::data::tabular::{Tabular, Task};
+        use crate::recipe::DatasetName;
+
+        let iris = Tabular::load(DatasetName::Iris, 0.2, 0).unwrap();
+        assert_eq!(
+            (iris.features, iris.train_len(), iris.eval_len()),
+            (4, 120, 30)
+        );
+        assert_eq!(iris.task, Task::Classification { classes: 3 });
+    }
+
+    #[test]
+    fn load() {
+        use crate::data::tabular::Tabular;
+        use crate::recipe::DatasetName;
+        let a = Tabular::load(DatasetName::Iris, 0.2, 0).unwrap();
+        let b = Tabular::load(DatasetName::Iris, 0.2, 1).unwrap();
+        assert_ne!(a.rows(true, &[0]), b.rows(true, &[0])); // another split
+        assert!(Tabular::load(DatasetName::TinyText, 0.2, 0).is_err());
+    }
+
+    #[test]
+    fn train_len() {
+        use crate::data::tabular::Tabular;
+        use crate::recipe::DatasetName;
+        assert_eq!(
+            Tabular::load(DatasetName::Iris, 0.5, 0)
+                .unwrap()
+                .train_len(),
+            75
+        );
+    }
+
+    #[test]
+    fn eval_len() {
+        use crate::data::tabular::Tabular;
+        use crate::recipe::DatasetName;
+        assert_eq!(
+            Tabular::load(DatasetName::Iris, 0.1, 0).unwrap().eval_len(),
+            15
+        );
+    }
+
+    #[test]
+    fn outputs() {
+        use crate::data::tabular::Tabular;
+        use crate::recipe::DatasetName;
+        assert_eq!(
+            Tabular::load(DatasetName::Diabetes, 0.2, 0)
+                .unwrap()
+                .outputs(),
+            1
+        );
+    }
+
+    #[test]
+    fn rows() {
+        use crate::data::tabular::Tabular;
+        use crate::recipe::DatasetName;
+        let iris = Tabular::load(DatasetName::Iris, 0.2, 0).unwrap();
+        let (x, y) = iris.rows(false, &[0, 1]);
+        assert_eq!((x.len(), y.len()), (8, 2));
+        assert!(y.iter().all(|c| [0.0, 1.0, 2.0].contains(c)));
+    }
+}

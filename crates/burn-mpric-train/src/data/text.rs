@@ -3,25 +3,10 @@
 use crate::error::RecipeError;
 
 /// The shipped text (`data/tiny_text.txt`, about 16 KB of original English prose).
-///
-/// ```
-/// # use burn_mpric_train::data::text::{Text, TINY_TEXT};
-/// assert!(TINY_TEXT.len() > 10_000);
-/// assert!(TINY_TEXT.starts_with("The Lighthouse Keeper"));
-/// ```
 pub const TINY_TEXT: &str = include_str!("../../data/tiny_text.txt");
 
 /// A character-level corpus: the vocabulary (sorted distinct characters) and the token ids of
 /// the training part (the start of the text) and the evaluation part (its end).
-///
-/// ```
-/// use burn_mpric_train::data::text::Text;
-///
-/// let text = Text::load(0.1, 64).unwrap();
-/// assert!(text.vocab_size() > 40 && text.vocab_size() < 100);
-/// assert!(text.train_len() > 8 * text.eval_len());
-/// assert!(Text::load(0.1, 100_000).is_err());
-/// ```
 #[derive(Debug, Clone)]
 pub struct Text {
     vocab: Vec<char>,
@@ -33,13 +18,6 @@ pub struct Text {
 impl Text {
     /// Tokenizes the shipped text and holds out its last `eval_fraction` for evaluation;
     /// `context` is the model's window, which both parts must fit.
-    ///
-    /// ```
-    /// # use burn_mpric_train::data::text::{Text, TINY_TEXT};
-    /// let text = Text::load(0.1, 64).unwrap();
-    /// assert_eq!(text.train_len() + text.eval_len(), TINY_TEXT.chars().count());
-    /// assert_eq!(Text::load(0.1, 100_000).unwrap_err().field, "model.context");
-    /// ```
     pub fn load(eval_fraction: f64, context: usize) -> Result<Self, RecipeError> {
         let mut vocab: Vec<char> = TINY_TEXT.chars().collect();
         vocab.sort_unstable();
@@ -70,66 +48,31 @@ impl Text {
     }
 
     /// Distinct characters.
-    ///
-    /// ```
-    /// # use burn_mpric_train::data::text::{Text, TINY_TEXT};
-    /// let text = Text::load(0.1, 8).unwrap();
-    /// assert!(text.vocab_size() < 100);
-    /// ```
     pub fn vocab_size(&self) -> usize {
         self.vocab.len()
     }
 
     /// Training characters.
-    ///
-    /// ```
-    /// # use burn_mpric_train::data::text::{Text, TINY_TEXT};
-    /// assert!(Text::load(0.1, 8).unwrap().train_len() > 10_000);
-    /// ```
     pub fn train_len(&self) -> usize {
         self.train.len()
     }
 
     /// Evaluation characters.
-    ///
-    /// ```
-    /// # use burn_mpric_train::data::text::{Text, TINY_TEXT};
-    /// assert!(Text::load(0.1, 8).unwrap().eval_len() > 1_000);
-    /// ```
     pub fn eval_len(&self) -> usize {
         self.eval.len()
     }
 
     /// The model's context length.
-    ///
-    /// ```
-    /// # use burn_mpric_train::data::text::{Text, TINY_TEXT};
-    /// assert_eq!(Text::load(0.1, 8).unwrap().context(), 8);
-    /// ```
     pub fn context(&self) -> usize {
         self.context
     }
 
     /// The largest window start in the training part.
-    ///
-    /// ```
-    /// # use burn_mpric_train::data::text::{Text, TINY_TEXT};
-    /// let text = Text::load(0.1, 8).unwrap();
-    /// assert_eq!(text.max_train_offset(), text.train_len() - 9);
-    /// ```
     pub fn max_train_offset(&self) -> usize {
         self.train.len() - self.context - 1
     }
 
     /// Window starts covering the evaluation part without overlap.
-    ///
-    /// ```
-    /// # use burn_mpric_train::data::text::{Text, TINY_TEXT};
-    /// let text = Text::load(0.1, 8).unwrap();
-    /// let offsets = text.eval_offsets();
-    /// assert_eq!(offsets[..3], [0, 8, 16]);
-    /// assert!(*offsets.last().unwrap() + 9 <= text.eval_len());
-    /// ```
     pub fn eval_offsets(&self) -> Vec<usize> {
         (0..=self.eval.len() - self.context - 1)
             .step_by(self.context)
@@ -138,14 +81,6 @@ impl Text {
 
     /// Inputs and next-character targets (each `offsets.len() × context`, row-major) of the
     /// windows starting at `offsets`.
-    ///
-    /// ```
-    /// # use burn_mpric_train::data::text::{Text, TINY_TEXT};
-    /// let text = Text::load(0.1, 4).unwrap();
-    /// let (inputs, targets) = text.windows(false, &[0]);
-    /// assert_eq!(text.decode(&inputs), "The ");
-    /// assert_eq!(text.decode(&targets), "he L");
-    /// ```
     pub fn windows(&self, eval: bool, offsets: &[usize]) -> (Vec<i64>, Vec<i64>) {
         let tokens = if eval { &self.eval } else { &self.train };
         let mut inputs = Vec::with_capacity(offsets.len() * self.context);
@@ -158,19 +93,102 @@ impl Text {
         (inputs, targets)
     }
 
+    #[cfg(test)]
     /// Decodes token ids back to text.
-    ///
-    /// ```
-    /// use burn_mpric_train::data::text::Text;
-    ///
-    /// let text = Text::load(0.1, 16).unwrap();
-    /// let (inputs, _) = text.windows(false, &[0]);
-    /// assert_eq!(text.decode(&inputs), "The Lighthouse K");
-    /// ```
     pub fn decode(&self, tokens: &[i64]) -> String {
         tokens
             .iter()
             .map(|t| self.vocab.get(*t as usize).copied().unwrap_or('?'))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn tiny_text() {
+        use crate::data::text::TINY_TEXT;
+        assert!(TINY_TEXT.len() > 10_000);
+        assert!(TINY_TEXT.starts_with("The Lighthouse Keeper"));
+    }
+
+    #[test]
+    fn text() {
+        use crate::data::text::Text;
+
+        let text = Text::load(0.1, 64).unwrap();
+        assert!(text.vocab_size() > 40 && text.vocab_size() < 100);
+        assert!(text.train_len() > 8 * text.eval_len());
+        assert!(Text::load(0.1, 100_000).is_err());
+    }
+
+    #[test]
+    fn load() {
+        use crate::data::text::{TINY_TEXT, Text};
+        let text = Text::load(0.1, 64).unwrap();
+        assert_eq!(
+            text.train_len() + text.eval_len(),
+            TINY_TEXT.chars().count()
+        );
+        assert_eq!(Text::load(0.1, 100_000).unwrap_err().field, "model.context");
+    }
+
+    #[test]
+    fn vocab_size() {
+        use crate::data::text::Text;
+        let text = Text::load(0.1, 8).unwrap();
+        assert!(text.vocab_size() < 100);
+    }
+
+    #[test]
+    fn train_len() {
+        use crate::data::text::Text;
+        assert!(Text::load(0.1, 8).unwrap().train_len() > 10_000);
+    }
+
+    #[test]
+    fn eval_len() {
+        use crate::data::text::Text;
+        assert!(Text::load(0.1, 8).unwrap().eval_len() > 1_000);
+    }
+
+    #[test]
+    fn context() {
+        use crate::data::text::Text;
+        assert_eq!(Text::load(0.1, 8).unwrap().context(), 8);
+    }
+
+    #[test]
+    fn max_train_offset() {
+        use crate::data::text::Text;
+        let text = Text::load(0.1, 8).unwrap();
+        assert_eq!(text.max_train_offset(), text.train_len() - 9);
+    }
+
+    #[test]
+    fn eval_offsets() {
+        use crate::data::text::Text;
+        let text = Text::load(0.1, 8).unwrap();
+        let offsets = text.eval_offsets();
+        assert_eq!(offsets[..3], [0, 8, 16]);
+        assert!(*offsets.last().unwrap() + 9 <= text.eval_len());
+    }
+
+    #[test]
+    fn windows() {
+        use crate::data::text::Text;
+        let text = Text::load(0.1, 4).unwrap();
+        let (inputs, targets) = text.windows(false, &[0]);
+        assert_eq!(text.decode(&inputs), "The ");
+        assert_eq!(text.decode(&targets), "he L");
+    }
+
+    #[test]
+    fn decode() {
+        use crate::data::text::Text;
+
+        let text = Text::load(0.1, 16).unwrap();
+        let (inputs, _) = text.windows(false, &[0]);
+        assert_eq!(text.decode(&inputs), "The Lighthouse K");
     }
 }

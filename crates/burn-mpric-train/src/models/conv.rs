@@ -8,16 +8,6 @@ use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 
 /// Conv1d layers ("same" padding, ReLU), flattened, then dense layers and an output layer.
-///
-/// ```
-/// use burn::backend::Flex;
-/// use burn::tensor::Tensor;
-/// use burn_mpric_train::models::conv::ConvNet;
-///
-/// let device = Default::default();
-/// let net = ConvNet::<Flex>::new(11, &[4, 4], 3, &[16], 6, &device);
-/// assert_eq!(net.forward(Tensor::zeros([5, 11], &device)).dims(), [5, 6]);
-/// ```
 #[derive(Module, Debug)]
 pub struct ConvNet<B: Backend> {
     convs: Vec<Conv1d<B>>,
@@ -29,18 +19,6 @@ pub struct ConvNet<B: Backend> {
 impl<B: Backend> ConvNet<B> {
     /// `inputs` features, conv `channels` with `kernel_size`, dense `hidden` widths,
     /// `outputs` outputs.
-    ///
-    /// ```
-    /// use burn::backend::Flex;
-    /// use burn::tensor::Tensor;
-    /// use burn_mpric_train::models::conv::ConvNet;
-    ///
-    /// use burn::module::Module;
-    ///
-    /// let net = ConvNet::<Flex>::new(4, &[2], 3, &[], 3, &Default::default());
-    /// // conv 1 -> 2 channels (kernel 3, with bias), then 2 x 4 flattened -> 3.
-    /// assert_eq!(net.num_params(), 2 * 3 + 2 + 8 * 3 + 3);
-    /// ```
     pub fn new(
         inputs: usize,
         channels: &[usize],
@@ -75,16 +53,6 @@ impl<B: Backend> ConvNet<B> {
     }
 
     /// `[batch, inputs]` to `[batch, outputs]`.
-    ///
-    /// ```
-    /// use burn::backend::Flex;
-    /// use burn::tensor::Tensor;
-    /// use burn_mpric_train::models::conv::ConvNet;
-    ///
-    /// let device = Default::default();
-    /// let net = ConvNet::<Flex>::new(4, &[2], 3, &[], 3, &device);
-    /// assert_eq!(net.forward(Tensor::ones([5, 4], &device)).dims(), [5, 3]);
-    /// ```
     pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
         let [n, f] = x.dims();
         let x = x.reshape([n, 1, f]);
@@ -99,5 +67,42 @@ impl<B: Backend> ConvNet<B> {
             .iter()
             .fold(x, |x, layer| self.act.forward(layer.forward(x)));
         self.out.forward(x)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn convnet() {
+        use crate::models::conv::ConvNet;
+        use burn::backend::Flex;
+        use burn::tensor::Tensor;
+
+        let device = Default::default();
+        let net = ConvNet::<Flex>::new(11, &[4, 4], 3, &[16], 6, &device);
+        assert_eq!(net.forward(Tensor::zeros([5, 11], &device)).dims(), [5, 6]);
+    }
+
+    #[test]
+    fn new() {
+        use crate::models::conv::ConvNet;
+        use burn::backend::Flex;
+
+        use burn::module::Module;
+
+        let net = ConvNet::<Flex>::new(4, &[2], 3, &[], 3, &Default::default());
+        // conv 1 -> 2 channels (kernel 3, with bias), then 2 x 4 flattened -> 3.
+        assert_eq!(net.num_params(), 2 * 3 + 2 + 8 * 3 + 3);
+    }
+
+    #[test]
+    fn forward() {
+        use crate::models::conv::ConvNet;
+        use burn::backend::Flex;
+        use burn::tensor::Tensor;
+
+        let device = Default::default();
+        let net = ConvNet::<Flex>::new(4, &[2], 3, &[], 3, &device);
+        assert_eq!(net.forward(Tensor::ones([5, 4], &device)).dims(), [5, 3]);
     }
 }

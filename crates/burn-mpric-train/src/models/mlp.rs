@@ -6,17 +6,6 @@ use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 
 /// Dense layers with ReLU between them, then a linear output layer.
-///
-/// ```
-/// use burn::backend::Flex;
-/// use burn::tensor::Tensor;
-/// use burn_mpric_train::models::mlp::Mlp;
-///
-/// let device = Default::default();
-/// let mlp = Mlp::<Flex>::new(4, &[8, 8], 3, &device);
-/// let y = mlp.forward(Tensor::zeros([2, 4], &device));
-/// assert_eq!(y.dims(), [2, 3]);
-/// ```
 #[derive(Module, Debug)]
 pub struct Mlp<B: Backend> {
     layers: Vec<Linear<B>>,
@@ -26,17 +15,6 @@ pub struct Mlp<B: Backend> {
 
 impl<B: Backend> Mlp<B> {
     /// `inputs` features, hidden widths `hidden`, `outputs` outputs.
-    ///
-    /// ```
-    /// use burn::backend::Flex;
-    /// use burn::tensor::Tensor;
-    /// use burn_mpric_train::models::mlp::Mlp;
-    ///
-    /// use burn::module::Module;
-    ///
-    /// let mlp = Mlp::<Flex>::new(3, &[], 2, &Default::default());
-    /// assert_eq!(mlp.num_params(), 3 * 2 + 2);
-    /// ```
     pub fn new(inputs: usize, hidden: &[usize], outputs: usize, device: &B::Device) -> Self {
         let mut layers = Vec::with_capacity(hidden.len());
         let mut width = inputs;
@@ -52,21 +30,48 @@ impl<B: Backend> Mlp<B> {
     }
 
     /// `[batch, inputs]` to `[batch, outputs]`.
-    ///
-    /// ```
-    /// use burn::backend::Flex;
-    /// use burn::tensor::Tensor;
-    /// use burn_mpric_train::models::mlp::Mlp;
-    ///
-    /// let device = Default::default();
-    /// let mlp = Mlp::<Flex>::new(3, &[5], 2, &device);
-    /// assert_eq!(mlp.forward(Tensor::ones([7, 3], &device)).dims(), [7, 2]);
-    /// ```
     pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
         let x = self
             .layers
             .iter()
             .fold(x, |x, layer| self.act.forward(layer.forward(x)));
         self.out.forward(x)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn mlp() {
+        use crate::models::mlp::Mlp;
+        use burn::backend::Flex;
+        use burn::tensor::Tensor;
+
+        let device = Default::default();
+        let mlp = Mlp::<Flex>::new(4, &[8, 8], 3, &device);
+        let y = mlp.forward(Tensor::zeros([2, 4], &device));
+        assert_eq!(y.dims(), [2, 3]);
+    }
+
+    #[test]
+    fn new() {
+        use crate::models::mlp::Mlp;
+        use burn::backend::Flex;
+
+        use burn::module::Module;
+
+        let mlp = Mlp::<Flex>::new(3, &[], 2, &Default::default());
+        assert_eq!(mlp.num_params(), 3 * 2 + 2);
+    }
+
+    #[test]
+    fn forward() {
+        use crate::models::mlp::Mlp;
+        use burn::backend::Flex;
+        use burn::tensor::Tensor;
+
+        let device = Default::default();
+        let mlp = Mlp::<Flex>::new(3, &[5], 2, &device);
+        assert_eq!(mlp.forward(Tensor::ones([7, 3], &device)).dims(), [7, 2]);
     }
 }

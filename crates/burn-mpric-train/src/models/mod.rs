@@ -19,18 +19,6 @@ use mlp::Mlp;
 use transformer::{LmSizes, TransformerLm};
 
 /// One of the built-in models.
-///
-/// ```
-/// use burn::backend::Flex;
-/// use burn::module::Module;
-/// use burn_mpric_train::data::Dims;
-/// use burn_mpric_train::models::Model;
-/// use burn_mpric_train::recipe::{MlpConfig, ModelConfig};
-///
-/// let config = ModelConfig::Mlp(MlpConfig { hidden: vec![8] });
-/// let model = Model::<Flex>::init(&config, Dims { inputs: 4, outputs: 3 }, &Default::default());
-/// assert_eq!(model.num_params(), 4 * 8 + 8 + 8 * 3 + 3);
-/// ```
 #[derive(Module, Debug)]
 #[allow(clippy::large_enum_variant)]
 pub enum Model<B: Backend> {
@@ -43,20 +31,6 @@ pub enum Model<B: Backend> {
 }
 
 /// The loss of a batch and, where it applies, the number of correct predictions.
-///
-/// ```
-/// # use burn::backend::Flex;
-/// # use burn_mpric_train::{Recipe, data::Dataset, models::Model};
-/// # let recipe = Recipe::example();
-/// # let config = recipe.model.clone();
-/// # let data = Dataset::load(&recipe.dataset, &config, 0).unwrap();
-/// # let device = Default::default();
-/// let model = Model::<Flex>::init(&config, data.dims(), &device);
-/// let out = model.forward(data.batch(true, &[0, 1, 2], &device)).unwrap();
-/// assert_eq!(out.loss.dims(), [1]);
-/// let correct: i64 = burn::tensor::ElementConversion::elem(out.correct.unwrap().into_scalar());
-/// assert!((0..=3).contains(&correct));
-/// ```
 #[derive(Debug)]
 pub struct Output<B: Backend> {
     /// Mean loss over the batch, at f32, `[1]`.
@@ -70,20 +44,6 @@ static INIT_LOCK: Mutex<()> = Mutex::new(());
 
 impl<B: Backend> Model<B> {
     /// A freshly initialized model (Burn's initializers, the backend's current RNG).
-    ///
-    /// ```
-    /// # use burn::backend::Flex;
-    /// # use burn_mpric_train::{Recipe, data::Dataset, models::Model};
-    /// # let recipe = Recipe::example();
-    /// # let config = recipe.model.clone();
-    /// # let data = Dataset::load(&recipe.dataset, &config, 0).unwrap();
-    /// # let device = Default::default();
-    /// use burn::module::Module;
-    ///
-    /// let model = Model::<Flex>::init(&config, data.dims(), &device);
-    /// assert!(matches!(model, Model::Mlp(_)));
-    /// assert_eq!(model.num_params(), 4 * 64 + 64 + 64 * 3 + 3);
-    /// ```
     pub fn init(config: &ModelConfig, dims: Dims, device: &B::Device) -> Self {
         match config {
             ModelConfig::Mlp(c) => {
@@ -114,19 +74,6 @@ impl<B: Backend> Model<B> {
     /// A model initialized from `seed`: the backend RNG is seeded and every parameter is
     /// materialized while no other thread of this crate initializes a model, so the same
     /// seed gives the same parameters.
-    ///
-    /// ```
-    /// use burn::backend::Flex;
-    /// use burn_mpric_train::data::Dims;
-    /// use burn_mpric_train::models::Model;
-    /// use burn_mpric_train::recipe::{MlpConfig, ModelConfig};
-    ///
-    /// let config = ModelConfig::Mlp(MlpConfig { hidden: vec![4] });
-    /// let dims = Dims { inputs: 2, outputs: 1 };
-    /// let a = Model::<Flex>::init_seeded(&config, dims, 3, &Default::default());
-    /// let b = Model::<Flex>::init_seeded(&config, dims, 3, &Default::default());
-    /// assert_eq!(a.param_values(), b.param_values());
-    /// ```
     pub fn init_seeded(config: &ModelConfig, dims: Dims, seed: u64, device: &B::Device) -> Self {
         let _guard = INIT_LOCK
             .lock()
@@ -138,19 +85,6 @@ impl<B: Backend> Model<B> {
     }
 
     /// Every float parameter as f32 values, in module order (for tests and inspection).
-    ///
-    /// ```
-    /// # use burn::backend::Flex;
-    /// # use burn_mpric_train::{Recipe, data::Dataset, models::Model};
-    /// # let recipe = Recipe::example();
-    /// # let config = recipe.model.clone();
-    /// # let data = Dataset::load(&recipe.dataset, &config, 0).unwrap();
-    /// # let device = Default::default();
-    /// let model = Model::<Flex>::init_seeded(&config, data.dims(), 0, &device);
-    /// let params = model.param_values();
-    /// assert_eq!(params.len(), 4);
-    /// assert!(params.iter().flatten().all(|v| v.is_finite()));
-    /// ```
     pub fn param_values(&self) -> Vec<Vec<f32>> {
         let mut collect = Collect(Vec::new());
         self.visit(&mut collect);
@@ -159,18 +93,6 @@ impl<B: Backend> Model<B> {
 
     /// `true` when every float parameter is finite: one flag per parameter on the device,
     /// combined there, and one read.
-    ///
-    /// ```
-    /// # use burn::backend::Flex;
-    /// # use burn_mpric_train::{Recipe, data::Dataset, models::Model};
-    /// # let recipe = Recipe::example();
-    /// # let config = recipe.model.clone();
-    /// # let data = Dataset::load(&recipe.dataset, &config, 0).unwrap();
-    /// # let device = Default::default();
-    /// let model = Model::<Flex>::init_seeded(&config, data.dims(), 0, &device);
-    /// assert!(model.params_finite()?);
-    /// # Ok::<(), burn_mpric_train::Error>(())
-    /// ```
     pub fn params_finite(&self) -> Result<bool, Error> {
         let mut flags = Finite(Vec::new());
         self.visit(&mut flags);
@@ -185,21 +107,6 @@ impl<B: Backend> Model<B> {
     }
 
     /// The batch's loss (and correct predictions). Logits are cast to f32 before the loss.
-    ///
-    /// ```
-    /// # use burn::backend::Flex;
-    /// # use burn_mpric_train::{Recipe, data::Dataset, models::Model};
-    /// # let recipe = Recipe::example();
-    /// # let config = recipe.model.clone();
-    /// # let data = Dataset::load(&recipe.dataset, &config, 0).unwrap();
-    /// # let device = Default::default();
-    /// use burn::tensor::DType;
-    ///
-    /// let model = Model::<Flex>::init(&config, data.dims(), &device);
-    /// let out = model.forward(data.batch(false, &[0, 1], &device)).unwrap();
-    /// assert_eq!(out.loss.dtype(), DType::F32);
-    /// assert!(out.loss.into_scalar() > 0.0);
-    /// ```
     pub fn forward(&self, batch: Batch<B>) -> Result<Output<B>, Error> {
         let mismatch = || Error::Internal("the model does not take this data's inputs".into());
         match (self, batch.inputs, batch.targets) {
@@ -271,5 +178,121 @@ impl<B: Backend> ModuleVisitor<B> for Collect {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
         let data = param.val().cast(FloatDType::F32).into_data();
         self.0.push(data.to_vec::<f32>().unwrap_or_default());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn model() {
+        use crate::data::Dims;
+        use crate::models::Model;
+        use crate::recipe::{MlpConfig, ModelConfig};
+        use burn::backend::Flex;
+        use burn::module::Module;
+
+        let config = ModelConfig::Mlp(MlpConfig { hidden: vec![8] });
+        let model = Model::<Flex>::init(
+            &config,
+            Dims {
+                inputs: 4,
+                outputs: 3,
+            },
+            &Default::default(),
+        );
+        assert_eq!(model.num_params(), 4 * 8 + 8 + 8 * 3 + 3);
+    }
+
+    #[test]
+    fn output() {
+        use crate::{Recipe, data::Dataset, models::Model};
+        use burn::backend::Flex;
+        let recipe = Recipe::example();
+        let config = recipe.model.clone();
+        let data = Dataset::load(&recipe.dataset, &config, 0).unwrap();
+        let device = Default::default();
+        let model = Model::<Flex>::init(&config, data.dims(), &device);
+        let out = model
+            .forward(data.batch(true, &[0, 1, 2], &device))
+            .unwrap();
+        assert_eq!(out.loss.dims(), [1]);
+        let correct: i64 =
+            burn::tensor::ElementConversion::elem(out.correct.unwrap().into_scalar());
+        assert!((0..=3).contains(&correct));
+    }
+
+    #[test]
+    fn init() {
+        use crate::{Recipe, data::Dataset, models::Model};
+        use burn::backend::Flex;
+        let recipe = Recipe::example();
+        let config = recipe.model.clone();
+        let data = Dataset::load(&recipe.dataset, &config, 0).unwrap();
+        let device = Default::default();
+        use burn::module::Module;
+
+        let model = Model::<Flex>::init(&config, data.dims(), &device);
+        assert!(matches!(model, Model::Mlp(_)));
+        assert_eq!(model.num_params(), 4 * 64 + 64 + 64 * 3 + 3);
+    }
+
+    #[test]
+    fn init_seeded() {
+        use crate::data::Dims;
+        use crate::models::Model;
+        use crate::recipe::{MlpConfig, ModelConfig};
+        use burn::backend::Flex;
+
+        let config = ModelConfig::Mlp(MlpConfig { hidden: vec![4] });
+        let dims = Dims {
+            inputs: 2,
+            outputs: 1,
+        };
+        let a = Model::<Flex>::init_seeded(&config, dims, 3, &Default::default());
+        let b = Model::<Flex>::init_seeded(&config, dims, 3, &Default::default());
+        assert_eq!(a.param_values(), b.param_values());
+    }
+
+    #[test]
+    fn param_values() {
+        use crate::{Recipe, data::Dataset, models::Model};
+        use burn::backend::Flex;
+        let recipe = Recipe::example();
+        let config = recipe.model.clone();
+        let data = Dataset::load(&recipe.dataset, &config, 0).unwrap();
+        let device = Default::default();
+        let model = Model::<Flex>::init_seeded(&config, data.dims(), 0, &device);
+        let params = model.param_values();
+        assert_eq!(params.len(), 4);
+        assert!(params.iter().flatten().all(|v| v.is_finite()));
+    }
+
+    #[test]
+    fn params_finite() -> Result<(), crate::Error> {
+        use crate::{Recipe, data::Dataset, models::Model};
+        use burn::backend::Flex;
+        let recipe = Recipe::example();
+        let config = recipe.model.clone();
+        let data = Dataset::load(&recipe.dataset, &config, 0).unwrap();
+        let device = Default::default();
+        let model = Model::<Flex>::init_seeded(&config, data.dims(), 0, &device);
+        assert!(model.params_finite()?);
+        Ok(())
+    }
+
+    #[test]
+    fn forward() {
+        use crate::{Recipe, data::Dataset, models::Model};
+        use burn::backend::Flex;
+        let recipe = Recipe::example();
+        let config = recipe.model.clone();
+        let data = Dataset::load(&recipe.dataset, &config, 0).unwrap();
+        let device = Default::default();
+        use burn::tensor::DType;
+
+        let model = Model::<Flex>::init(&config, data.dims(), &device);
+        let out = model.forward(data.batch(false, &[0, 1], &device)).unwrap();
+        assert_eq!(out.loss.dtype(), DType::F32);
+        assert!(out.loss.into_scalar() > 0.0);
     }
 }

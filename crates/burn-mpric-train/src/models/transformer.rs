@@ -10,15 +10,6 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor};
 
 /// Sizes of a [`TransformerLm`].
-///
-/// ```
-/// use burn::backend::Flex;
-/// use burn::tensor::{Int, Tensor};
-/// use burn_mpric_train::models::transformer::{LmSizes, TransformerLm};
-///
-/// let sizes = LmSizes { vocab: 10, d_model: 8, heads: 2, layers: 1, d_ff: 16, context: 6 };
-/// assert_eq!(sizes.d_model % sizes.heads, 0);
-/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LmSizes {
     /// Vocabulary size.
@@ -38,18 +29,6 @@ pub struct LmSizes {
 /// Token and learned position embeddings, pre-norm transformer blocks under a causal mask
 /// (no dropout, so a step depends only on the data and the parameters), a final layer norm
 /// and a linear head.
-///
-/// ```
-/// use burn::backend::Flex;
-/// use burn::tensor::{Int, Tensor};
-/// use burn_mpric_train::models::transformer::{LmSizes, TransformerLm};
-///
-/// let device = Default::default();
-/// let sizes = LmSizes { vocab: 10, d_model: 8, heads: 2, layers: 1, d_ff: 16, context: 6 };
-/// let lm = TransformerLm::<Flex>::new(sizes, &device);
-/// let logits = lm.forward(Tensor::<Flex, 2, Int>::zeros([3, 6], &device));
-/// assert_eq!(logits.dims(), [3, 6, 10]);
-/// ```
 #[derive(Module, Debug)]
 pub struct TransformerLm<B: Backend> {
     token: Embedding<B>,
@@ -61,17 +40,6 @@ pub struct TransformerLm<B: Backend> {
 
 impl<B: Backend> TransformerLm<B> {
     /// A model of `sizes`.
-    ///
-    /// ```
-    /// use burn::backend::Flex;
-    /// use burn::tensor::{Int, Tensor};
-    /// use burn_mpric_train::models::transformer::{LmSizes, TransformerLm};
-    ///
-    /// use burn::module::Module;
-    ///
-    /// let sizes = LmSizes { vocab: 10, d_model: 8, heads: 2, layers: 1, d_ff: 16, context: 6 };
-    /// assert!(TransformerLm::<Flex>::new(sizes, &Default::default()).num_params() > 500);
-    /// ```
     pub fn new(sizes: LmSizes, device: &B::Device) -> Self {
         Self {
             token: EmbeddingConfig::new(sizes.vocab, sizes.d_model).init(device),
@@ -91,18 +59,6 @@ impl<B: Backend> TransformerLm<B> {
     }
 
     /// Token ids `[batch, t]` (t ≤ context) to next-token logits `[batch, t, vocab]`.
-    ///
-    /// ```
-    /// use burn::backend::Flex;
-    /// use burn::tensor::{Int, Tensor};
-    /// use burn_mpric_train::models::transformer::{LmSizes, TransformerLm};
-    ///
-    /// let device = Default::default();
-    /// let sizes = LmSizes { vocab: 10, d_model: 8, heads: 2, layers: 1, d_ff: 16, context: 6 };
-    /// let lm = TransformerLm::<Flex>::new(sizes, &device);
-    /// // Shorter inputs than the context work too.
-    /// assert_eq!(lm.forward(Tensor::<Flex, 2, Int>::zeros([2, 4], &device)).dims(), [2, 4, 10]);
-    /// ```
     pub fn forward(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
         let [n, t] = tokens.dims();
         let device = tokens.device();
@@ -118,5 +74,85 @@ impl<B: Backend> TransformerLm<B> {
             .encoder
             .forward(TransformerEncoderInput::new(x).mask_attn(mask));
         self.head.forward(self.norm.forward(x))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn lmsizes() {
+        use crate::models::transformer::LmSizes;
+
+        let sizes = LmSizes {
+            vocab: 10,
+            d_model: 8,
+            heads: 2,
+            layers: 1,
+            d_ff: 16,
+            context: 6,
+        };
+        assert_eq!(sizes.d_model % sizes.heads, 0);
+    }
+
+    #[test]
+    fn transformerlm() {
+        use crate::models::transformer::{LmSizes, TransformerLm};
+        use burn::backend::Flex;
+        use burn::tensor::{Int, Tensor};
+
+        let device = Default::default();
+        let sizes = LmSizes {
+            vocab: 10,
+            d_model: 8,
+            heads: 2,
+            layers: 1,
+            d_ff: 16,
+            context: 6,
+        };
+        let lm = TransformerLm::<Flex>::new(sizes, &device);
+        let logits = lm.forward(Tensor::<Flex, 2, Int>::zeros([3, 6], &device));
+        assert_eq!(logits.dims(), [3, 6, 10]);
+    }
+
+    #[test]
+    fn new() {
+        use crate::models::transformer::{LmSizes, TransformerLm};
+        use burn::backend::Flex;
+
+        use burn::module::Module;
+
+        let sizes = LmSizes {
+            vocab: 10,
+            d_model: 8,
+            heads: 2,
+            layers: 1,
+            d_ff: 16,
+            context: 6,
+        };
+        assert!(TransformerLm::<Flex>::new(sizes, &Default::default()).num_params() > 500);
+    }
+
+    #[test]
+    fn forward() {
+        use crate::models::transformer::{LmSizes, TransformerLm};
+        use burn::backend::Flex;
+        use burn::tensor::{Int, Tensor};
+
+        let device = Default::default();
+        let sizes = LmSizes {
+            vocab: 10,
+            d_model: 8,
+            heads: 2,
+            layers: 1,
+            d_ff: 16,
+            context: 6,
+        };
+        let lm = TransformerLm::<Flex>::new(sizes, &device);
+        // Shorter inputs than the context work too.
+        assert_eq!(
+            lm.forward(Tensor::<Flex, 2, Int>::zeros([2, 4], &device))
+                .dims(),
+            [2, 4, 10]
+        );
     }
 }

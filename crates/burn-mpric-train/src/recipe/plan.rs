@@ -30,7 +30,7 @@ pub struct Plan {
     /// How errors name the recipe (its path).
     pub label: String,
     /// The data.
-    pub data: Dataset,
+    pub(crate) data: Dataset,
     /// Steps per epoch at the recipe's batch size.
     pub steps_per_epoch: u64,
     /// Steps of the whole run.

@@ -18,7 +18,7 @@ use crate::recipe::{BackendName, Strategy};
 use optim::with_optimizer;
 use train::{Loop, Peers, Run};
 
-pub use train::{Summary, TrainOptions, evaluate, train};
+pub use train::{Summary, TrainOptions, train};
 
 /// A run on its devices: one loop over all of them (`multi_device`, or one device), or one
 /// replica per device on its own thread (`ddp`).

@@ -639,22 +639,7 @@ fn write_reports(
 
 /// Mean loss and accuracy of `model` over the held-out split (`step` is left at 0 for the
 /// caller to set).
-///
-/// ```
-/// use burn::backend::Flex;
-/// use burn_mpric_train::{Recipe, data::Dataset, evaluate, models::Model};
-///
-/// let recipe = Recipe::example();
-/// let config = recipe.model.clone();
-/// let data = Dataset::load(&recipe.dataset, &config, 0).unwrap();
-/// let device = Default::default();
-/// let model = Model::<Flex>::init_seeded(&config, data.dims(), 0, &device);
-/// let eval = evaluate(&model, &data, 16, &device)?;
-/// assert_eq!(eval.predictions, 30);
-/// assert!(eval.loss.unwrap() > 0.5); // untrained: about ln 3
-/// # Ok::<(), burn_mpric_train::Error>(())
-/// ```
-pub fn evaluate<B: Backend>(
+pub(crate) fn evaluate<B: Backend>(
     model: &Model<B>,
     data: &Dataset,
     batch_size: usize,
@@ -723,4 +708,25 @@ fn checkpoint_line(step: u64, total: u64, rows: &[StepRow], eval: Option<&EvalRo
         last.map_or(1.0, |r| r.loss_scale),
         last.map_or(0, |r| r.skipped_total),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::Flex;
+
+    use crate::Recipe;
+    use crate::data::Dataset;
+    use crate::models::Model;
+
+    #[test]
+    fn an_untrained_model_is_evaluated_on_the_held_out_split() -> Result<(), crate::Error> {
+        let recipe = Recipe::example();
+        let data = Dataset::load(&recipe.dataset, &recipe.model, 0).unwrap();
+        let device = Default::default();
+        let model = Model::<Flex>::init_seeded(&recipe.model, data.dims(), 0, &device);
+        let eval = super::evaluate(&model, &data, 16, &device)?;
+        assert_eq!(eval.predictions, 30);
+        assert!(eval.loss.unwrap() > 0.5); // untrained: about ln 3
+        Ok(())
+    }
 }
