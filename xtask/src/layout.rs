@@ -1,9 +1,12 @@
 //! `cargo xtask check`'s layout rules, read from the sources:
 //!
 //! - the modules of each crate import each other without circles (a module may use its own
-//!   descendants and ancestors' re-exports; siblings must form a hierarchy);
-//! - the Burn-independent core names no Burn type but the dtype enum and the config derive, so
-//!   that a port to another Burn release changes the adapters around it, not it.
+//!   descendants and ancestors' re-exports; siblings must form a hierarchy), and so do the
+//!   top-level modules (folders) once their files are taken together; modules that exist only
+//!   in test builds (`#[cfg(test)] mod x;`) are left out;
+//! - the Burn-independent core names no Burn type but the dtype enum and the config derive,
+//!   and imports only itself, so that a port to another Burn release changes the adapters
+//!   around it, not it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -20,7 +23,7 @@ pub const CRATES: [&str; 5] = [
 
 /// The Burn-independent core: the policy's text form, the resolved policy, the op table and
 /// the loss-scale state machines.
-pub const BURN_FREE: [&str; 12] = [
+pub const BURN_FREE: [&str; 13] = [
     "crates/burn-mpric/src/policy/mod.rs",
     "crates/burn-mpric/src/policy/dtype.rs",
     "crates/burn-mpric/src/policy/error.rs",
@@ -28,6 +31,7 @@ pub const BURN_FREE: [&str; 12] = [
     "crates/burn-mpric/src/rules/resolved.rs",
     "crates/burn-mpric/src/rules/op_table.rs",
     "crates/burn-mpric-scale/src/limits.rs",
+    "crates/burn-mpric-scale/src/invalid.rs",
     "crates/burn-mpric-scale/src/config.rs",
     "crates/burn-mpric-scale/src/noop.rs",
     "crates/burn-mpric-scale/src/static_scale.rs",
@@ -157,9 +161,40 @@ pub fn module_graph(dir: &Path) -> BTreeMap<String, BTreeSet<String>> {
     let src = dir.join("src");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
-    let sources: BTreeMap<String, String> = files
+    let raw: BTreeMap<String, String> = files
         .iter()
-        .filter_map(|f| Some((module_of(&src, f), code_of(&fs::read_to_string(f).ok()?))))
+        .filter_map(|f| Some((module_of(&src, f), fs::read_to_string(f).ok()?)))
+        .collect();
+    // Modules declared under `#[cfg(test)]` (`#[cfg(test)] mod conformance;`) exist only in
+    // test builds, which may use anything.
+    let test_only: BTreeSet<String> = raw
+        .iter()
+        .flat_map(|(module, source)| {
+            source
+                .split("#[cfg(test)]")
+                .skip(1)
+                .filter_map(|after| {
+                    let declared = after.trim_start().strip_prefix("mod ")?;
+                    let name = declared.split(';').next()?.trim();
+                    name.chars().all(is_ident).then(|| {
+                        if module.is_empty() {
+                            name.to_string()
+                        } else {
+                            format!("{module}::{name}")
+                        }
+                    })
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let sources: BTreeMap<String, String> = raw
+        .into_iter()
+        .filter(|(module, _)| {
+            !test_only
+                .iter()
+                .any(|t| module == t || module.starts_with(&format!("{t}::")))
+        })
+        .map(|(module, source)| (module, code_of(&source)))
         .collect();
     let reexports = sources
         .get("")
@@ -191,6 +226,17 @@ pub fn module_graph(dir: &Path) -> BTreeMap<String, BTreeSet<String>> {
         }
     }
     graph
+}
+
+/// The graph between top-level modules (`run::train -> checkpoint` is `run -> checkpoint`).
+pub fn top_level(graph: &BTreeMap<String, BTreeSet<String>>) -> BTreeMap<String, BTreeSet<String>> {
+    let top = |m: &str| m.split("::").next().unwrap_or_default().to_string();
+    let mut collapsed: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (module, imports) in graph {
+        let entry = collapsed.entry(top(module)).or_default();
+        entry.extend(imports.iter().map(|i| top(i)).filter(|t| *t != top(module)));
+    }
+    collapsed
 }
 
 /// One circle of the graph, as the modules along it, if there is any.
@@ -262,11 +308,34 @@ fn burn_names(code: &str) -> Vec<String> {
 pub fn check(root: &Path) -> Result<(), String> {
     let mut problems = Vec::new();
     for krate in CRATES {
-        if let Some(circle) = find_circle(&module_graph(&root.join(krate))) {
+        let graph = module_graph(&root.join(krate));
+        if let Some(circle) = find_circle(&graph) {
             problems.push(format!(
                 "{krate}: modules import each other in a circle: {}",
                 circle.join(" -> ")
             ));
+        }
+        if let Some(circle) = find_circle(&top_level(&graph)) {
+            problems.push(format!(
+                "{krate}: top-level modules import each other in a circle: {}",
+                circle.join(" -> ")
+            ));
+        }
+        // The core imports only the core.
+        let src = root.join(krate).join("src");
+        let core: BTreeSet<String> = BURN_FREE
+            .iter()
+            .filter_map(|f| Path::new(f).strip_prefix(krate).ok())
+            .map(|f| module_of(&src, &src.join(f.strip_prefix("src").unwrap_or(f))))
+            .collect();
+        for module in &core {
+            for import in graph.get(module).into_iter().flatten() {
+                if !core.contains(import) {
+                    problems.push(format!(
+                        "{krate}: `{module}` is part of the Burn-independent core but imports `{import}`, which is not"
+                    ));
+                }
+            }
         }
     }
     for file in BURN_FREE {

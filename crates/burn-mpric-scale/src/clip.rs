@@ -10,7 +10,8 @@ use burn::tensor::{FloatDType, Tensor, Transaction};
 use serde::{Deserialize, Serialize};
 
 use crate::dtype::{compute_dtype, float_dtype};
-use crate::error::{LossScaleError, StepError};
+use crate::error::StepError;
+use crate::invalid::LossScaleError;
 
 /// The L2 norm of all gradients of `module` taken together, as a one-element f32 tensor on the
 /// device (nothing is read). `None` when the module has no gradient in `grads`.

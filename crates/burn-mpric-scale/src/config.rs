@@ -3,7 +3,7 @@
 use burn::config::Config;
 use serde::{Deserialize, Serialize};
 
-use crate::error::LossScaleError;
+use crate::invalid::LossScaleError;
 use crate::limits::MIN_SCALE;
 
 /// When a dynamic loss scale grows and how overflows consume the hysteresis budget.

@@ -1,7 +1,7 @@
 //! The dynamic loss scale: a functional state machine over finite / non-finite steps.
 
 use crate::config::{LossScaleConfig, UpdateRule};
-use crate::error::LossScaleError;
+use crate::invalid::LossScaleError;
 
 /// A dynamic loss scale as an immutable value: [`adjust`](Self::adjust) returns the next state.
 ///

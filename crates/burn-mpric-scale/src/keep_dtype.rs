@@ -8,8 +8,50 @@
 use std::collections::HashMap;
 
 use burn::module::{AutodiffModule, ModuleMapper, ModuleVisitor, Param, ParamId};
+use burn::optim::{GradientsParams, LearningRate, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, Tensor};
+
+/// The optimizer step every step function of this crate takes: `optim` applies `grads` to
+/// `module`, and every parameter keeps the dtype it had (Burn's optimizers hand back f32
+/// parameters for half ones, since their state is f32). For loops that decide themselves
+/// whether to step, such as `PrecisionHandler::apply`.
+///
+/// # Example
+///
+/// ```
+/// use burn::backend::{Autodiff, Flex};
+/// use burn::module::{Module, Param};
+/// use burn::optim::{AdamConfig, GradientsParams};
+/// use burn::tensor::{DType, FloatDType, Tensor};
+/// use burn_mpric_scale::apply_gradients;
+///
+/// type B = Autodiff<Flex>;
+/// #[derive(Module, Debug)]
+/// struct W<B: burn::tensor::backend::Backend> { w: Param<Tensor<B, 1>> }
+///
+/// let device = Default::default();
+/// let w = Tensor::<B, 1>::from_floats([1.0, 2.0], &device).cast(FloatDType::F16).require_grad();
+/// let model = W { w: Param::from_tensor(w) };
+/// let grads = GradientsParams::from_grads(model.w.val().sum().backward(), &model);
+/// let model = apply_gradients(&mut AdamConfig::new().init(), 0.1, model, grads);
+/// assert_eq!(model.w.val().dtype(), DType::F16);
+/// let w = model.w.val().cast(FloatDType::F32).into_data().to_vec::<f32>().unwrap();
+/// assert!(w[0] < 1.0 && w[1] < 2.0); // stepped against the gradient
+/// ```
+pub fn apply_gradients<B, M, O>(
+    optim: &mut O,
+    lr: LearningRate,
+    module: M,
+    grads: GradientsParams,
+) -> M
+where
+    B: AutodiffBackend,
+    M: AutodiffModule<B>,
+    O: Optimizer<M, B>,
+{
+    keeping_dtypes::<B, M>(module, |module| optim.step(lr, module, grads))
+}
 
 /// Runs `step` on `module`, then casts every float parameter whose dtype the step changed back
 /// to the dtype it had before. Parameters that kept their dtype are not touched.

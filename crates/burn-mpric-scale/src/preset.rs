@@ -1,5 +1,5 @@
 //! [`LossScalePreset`]: loss-scale settings by name (`torch`, `static:1024`, `auto`, ...), and the
-//! one "auto" rule: dynamic scaling when the compute dtype may be f16, none otherwise.
+//! one "auto" rule: dynamic scaling when computation runs in f16, none otherwise.
 
 use std::fmt;
 use std::str::FromStr;
@@ -7,11 +7,8 @@ use std::str::FromStr;
 use serde::{Deserialize, Deserializer, Serialize, Serializer, de};
 
 use crate::config::LossScaleConfig;
-use crate::error::LossScaleError;
+use crate::invalid::LossScaleError;
 use crate::scaler::LossScaler;
-
-/// Every name [`LossScalePreset`] accepts, as error messages list them.
-pub const PRESET_NAMES: &str = "auto, none, dynamic, torch, jmp, eformer, keras, flax, deepspeed, megatron, static:<scale> (e.g. static:1024)";
 
 /// A named loss-scale setting.
 ///
@@ -28,7 +25,7 @@ pub const PRESET_NAMES: &str = "auto, none, dynamic, torch, jmp, eformer, keras,
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub enum LossScalePreset {
-    /// Dynamic scaling with the default configuration when the compute dtype may be f16, no
+    /// Dynamic scaling with the default configuration when computation runs in f16, no
     /// scaling otherwise (the default).
     #[default]
     Auto,
@@ -88,6 +85,25 @@ impl LossScalePreset {
         LossScalePreset::Megatron,
     ];
 
+    /// Every name this type parses, as messages list them: the named presets, then the
+    /// `static:<scale>` form.
+    ///
+    /// ```
+    /// use burn_mpric_scale::LossScalePreset;
+    ///
+    /// let names = LossScalePreset::names();
+    /// assert!(names.starts_with("auto, none, dynamic, torch"));
+    /// assert!(names.ends_with("static:<scale> (e.g. static:1024)"));
+    /// ```
+    pub fn names() -> String {
+        NAMES
+            .iter()
+            .map(|(_, names)| names[0])
+            .chain(["static:<scale> (e.g. static:1024)"])
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// The names of [`DYNAMIC`](Self::DYNAMIC), comma-separated.
     ///
     /// ```
@@ -127,9 +143,9 @@ impl LossScalePreset {
         })
     }
 
-    /// The scaler this preset describes, for a run whose compute dtype may be f16
-    /// (`f16_compute`) or not. `auto` is the one place the rule "dynamic scaling when the
-    /// compute dtype may be f16, none otherwise" is written.
+    /// The scaler this preset describes, for a run whose computation runs in f16
+    /// (`f16_compute`) or not. `auto` is the one place the rule "dynamic scaling when
+    /// computation runs in f16, none otherwise" is written.
     ///
     /// ```
     /// use burn_mpric_scale::LossScalePreset;
@@ -171,7 +187,8 @@ impl FromStr for LossScalePreset {
                     ))
                 }),
             None => Err(LossScaleError::UnknownPreset(format!(
-                "unknown loss-scale preset `{s}`; accepted: {PRESET_NAMES}"
+                "unknown loss-scale preset `{s}`; accepted: {}",
+                Self::names()
             ))),
         }
     }

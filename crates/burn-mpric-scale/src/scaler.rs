@@ -7,8 +7,9 @@ use burn::tensor::{Bool, FloatDType, Tensor, TensorData, Transaction};
 
 use crate::clip::{GlobalNormClip, GradSquares, global_norm_from_squares, grad_squares_of_sum};
 use crate::config::LossScaleConfig;
-use crate::error::{LossScaleError, StepError};
-use crate::keep_dtype::keeping_dtypes;
+use crate::error::StepError;
+use crate::invalid::LossScaleError;
+use crate::keep_dtype::{apply_gradients, keeping_dtypes};
 use crate::loss_scale::LossScale;
 use crate::outcome::{ScalerStats, StepAction, StepOutcome};
 use crate::replicas::combine_finite_flags;
@@ -703,9 +704,7 @@ impl LossScaler {
     {
         let checked = self.check_shards::<B, M>(&module, vec![grads], loss);
         self.apply(module, checked, |module, mut shards| {
-            keeping_dtypes::<B, M>(module, |module| {
-                optim.step(lr, module, shards.pop().unwrap_or_default())
-            })
+            apply_gradients::<B, M, O>(optim, lr, module, shards.pop().unwrap_or_default())
         })
     }
 }

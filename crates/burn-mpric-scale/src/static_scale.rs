@@ -1,6 +1,6 @@
 //! A fixed loss scale.
 
-use crate::error::LossScaleError;
+use crate::invalid::LossScaleError;
 use crate::limits::MIN_SCALE;
 
 /// A loss scale `S` that never changes (jmp `StaticLossScale`, DeepSpeed's static `loss_scale`).

@@ -8,7 +8,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::backend::{ResolvePolicy, dispatch};
 use crate::error::Error;
-use crate::recipe::plan::Plan;
+use crate::plan::Plan;
 use crate::recipe::{BackendConfig, BackendName};
 use crate::run::{Summary, TrainOptions, train};
 

@@ -33,12 +33,13 @@ pub mod cli;
 mod data;
 mod error;
 mod models;
+mod optim;
+mod plan;
 pub mod recipe;
 pub mod report;
-mod rng;
-pub mod run;
+mod run;
 
 pub use error::{Error, RecipeError};
+pub use plan::{BackendCheck, Plan};
 pub use recipe::Recipe;
-pub use recipe::plan::{BackendCheck, Plan};
 pub use run::{Summary, TrainOptions, train};

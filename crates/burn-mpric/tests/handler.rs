@@ -264,3 +264,31 @@ fn the_loss_scale_is_chosen_next_to_the_policy() {
     assert!(err.to_string().contains("growth factor"), "{err}");
     assert!(PrecisionHandler::from_texts("mixed_f16", "static:zero").is_err());
 }
+
+#[test]
+fn a_half_model_keeps_its_dtype_through_apply() {
+    // Pure f16 on the decorator: the parameters are made at f16, and Adam's second moment (a
+    // square, which runs at f32) is f32, so its update hands back f32 parameters. The
+    // handler's apply, like the scaler's step, casts them back.
+    use burn_mpric::MixedPrecision;
+    type Mp = Autodiff<MixedPrecision<Flex>>;
+    let device = MixedPrecision::<Flex>::device(
+        Default::default(),
+        "pure_f16".parse::<burn_mpric::Policy>().unwrap(),
+    )
+    .unwrap();
+    let model = LinearConfig::new(3, 2).init::<Mp>(&device);
+    assert_eq!(model.weight.val().dtype(), DType::F16);
+    let before = model.weight.val().cast(FloatDType::F32).into_data();
+    // No scaling: at 2^15 the f16 gradients of this sum would overflow and skip the step.
+    let mut handler = PrecisionHandler::from_device(&device).with_scaler(LossScaler::noop());
+    let x = Tensor::<Mp, 2>::ones([4, 3], &device);
+    let step = handler
+        .train_step(&model, |m| m.forward(x.clone()).sum())
+        .unwrap();
+    assert!(step.outcome.is_applied());
+    let model = handler.apply(&mut AdamConfig::new().init(), 1e-2, model, step);
+    assert_eq!(model.weight.val().dtype(), DType::F16);
+    assert_eq!(model.bias.as_ref().unwrap().val().dtype(), DType::F16);
+    assert_ne!(model.weight.val().cast(FloatDType::F32).into_data(), before);
+}

@@ -55,10 +55,10 @@ pub use crate::data::DataPosition;
 use crate::data::Sampler;
 use crate::error::Error;
 use crate::models::Model;
+use crate::optim::{Ad, OptimizerTask, with_optimizer};
+use crate::plan::Plan;
 use crate::recipe::Recipe;
-use crate::recipe::plan::Plan;
 use crate::report::metrics::{EvalRow, StepRow};
-use crate::run::optim::{Ad, OptimizerTask, with_optimizer};
 
 /// The version of the run state this crate writes and reads.
 ///
@@ -82,7 +82,7 @@ pub const KEEP_CHECKPOINTS: usize = 2;
 /// # let mut recipe = burn_mpric_train::Recipe::example();
 /// # recipe.output = dir.clone();
 /// # let plan = burn_mpric_train::Plan::new(recipe, "doc")?;
-/// # burn_mpric_train::run::train(&plan, &Default::default())?;
+/// # burn_mpric_train::train(&plan, &Default::default())?;
 /// let state = burn_mpric_train::checkpoint::latest(&dir)?.unwrap().read_state()?;
 /// assert_eq!((state.step, state.total_steps, state.steps.len()), (20, 20, 20));
 /// assert_eq!(state.recipe.output, dir);
@@ -129,7 +129,7 @@ impl<B: Backend> Record<B> for TrainState {
 /// # let mut recipe = burn_mpric_train::Recipe::example();
 /// # recipe.output = dir.clone();
 /// # let plan = burn_mpric_train::Plan::new(recipe, "doc")?;
-/// # burn_mpric_train::run::train(&plan, &Default::default())?;
+/// # burn_mpric_train::train(&plan, &Default::default())?;
 /// use burn_mpric_train::checkpoint::latest;
 ///
 /// let checkpoint = latest(&dir)?.expect("the run wrote a checkpoint");
@@ -155,7 +155,7 @@ impl Checkpoint {
     /// # let mut recipe = burn_mpric_train::Recipe::example();
     /// # recipe.output = dir.clone();
     /// # let plan = burn_mpric_train::Plan::new(recipe, "doc")?;
-    /// # burn_mpric_train::run::train(&plan, &Default::default())?;
+    /// # burn_mpric_train::train(&plan, &Default::default())?;
     /// let checkpoint = burn_mpric_train::checkpoint::latest(&dir)?.unwrap();
     /// assert!(checkpoint.model_path().is_file());
     /// # std::fs::remove_dir_all(&dir).unwrap();
@@ -173,7 +173,7 @@ impl Checkpoint {
     /// # let mut recipe = burn_mpric_train::Recipe::example();
     /// # recipe.output = dir.clone();
     /// # let plan = burn_mpric_train::Plan::new(recipe, "doc")?;
-    /// # burn_mpric_train::run::train(&plan, &Default::default())?;
+    /// # burn_mpric_train::train(&plan, &Default::default())?;
     /// let checkpoint = burn_mpric_train::checkpoint::latest(&dir)?.unwrap();
     /// assert!(checkpoint.optimizer_path().is_file());
     /// # std::fs::remove_dir_all(&dir).unwrap();
@@ -191,7 +191,7 @@ impl Checkpoint {
     /// # let mut recipe = burn_mpric_train::Recipe::example();
     /// # recipe.output = dir.clone();
     /// # let plan = burn_mpric_train::Plan::new(recipe, "doc")?;
-    /// # burn_mpric_train::run::train(&plan, &Default::default())?;
+    /// # burn_mpric_train::train(&plan, &Default::default())?;
     /// let checkpoint = burn_mpric_train::checkpoint::latest(&dir)?.unwrap();
     /// assert!(checkpoint.state_path().ends_with("state.mpk"));
     /// # std::fs::remove_dir_all(&dir).unwrap();
@@ -209,7 +209,7 @@ impl Checkpoint {
     /// # let mut recipe = burn_mpric_train::Recipe::example();
     /// # recipe.output = dir.clone();
     /// # let plan = burn_mpric_train::Plan::new(recipe, "doc")?;
-    /// # burn_mpric_train::run::train(&plan, &Default::default())?;
+    /// # burn_mpric_train::train(&plan, &Default::default())?;
     /// let checkpoint = burn_mpric_train::checkpoint::latest(&dir)?.unwrap();
     /// let state = checkpoint.read_state()?;
     /// assert_eq!(state.step, checkpoint.step);
@@ -314,7 +314,7 @@ where
 /// # let mut recipe = burn_mpric_train::Recipe::example();
 /// # recipe.output = dir.clone();
 /// # let plan = burn_mpric_train::Plan::new(recipe, "doc")?;
-/// # burn_mpric_train::run::train(&plan, &Default::default())?;
+/// # burn_mpric_train::train(&plan, &Default::default())?;
 /// let verified = burn_mpric_train::checkpoint::latest(&dir)?.unwrap().verify()?;
 /// // The MLP of `Recipe::example()`: 4 inputs, 64 hidden, 3 classes (weights and biases).
 /// let sizes: Vec<usize> = verified.params.iter().map(Vec::len).collect();
@@ -367,7 +367,7 @@ impl Checkpoint {
     /// # let mut recipe = burn_mpric_train::Recipe::example();
     /// # recipe.output = dir.clone();
     /// # let plan = burn_mpric_train::Plan::new(recipe, "doc")?;
-    /// # burn_mpric_train::run::train(&plan, &Default::default())?;
+    /// # burn_mpric_train::train(&plan, &Default::default())?;
     /// let checkpoint = burn_mpric_train::checkpoint::latest(&dir)?.unwrap();
     /// assert!(checkpoint.verify().is_ok());
     /// std::fs::write(checkpoint.optimizer_path(), b"truncated").unwrap();
@@ -675,7 +675,7 @@ pub fn list(output: &Path) -> Result<Vec<Checkpoint>, Error> {
 /// # let mut recipe = burn_mpric_train::Recipe::example();
 /// # recipe.output = dir.clone();
 /// # let plan = burn_mpric_train::Plan::new(recipe, "doc")?;
-/// # burn_mpric_train::run::train(&plan, &Default::default())?;
+/// # burn_mpric_train::train(&plan, &Default::default())?;
 /// use burn_mpric_train::checkpoint::latest;
 ///
 /// assert_eq!(latest(&dir)?.unwrap().step, 20);

@@ -1,5 +1,6 @@
 //! Datasets, the deterministic batch order, and batches as tensors.
 
+pub mod rng;
 pub mod tabular;
 pub mod text;
 
@@ -7,9 +8,9 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
+use crate::data::rng::Rng;
 use crate::error::RecipeError;
 use crate::recipe::{DatasetConfig, DatasetName, ModelConfig};
-use crate::rng::Rng;
 use tabular::{Tabular, Task};
 use text::Text;
 

@@ -1,9 +1,9 @@
 //! Tabular datasets from `linfa-datasets` (the data ships inside the package: nothing is
 //! downloaded): iris and red-wine quality as classification, diabetes as regression.
 
+use crate::data::rng::Rng;
 use crate::error::RecipeError;
 use crate::recipe::DatasetName;
-use crate::rng::Rng;
 
 /// What the targets are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

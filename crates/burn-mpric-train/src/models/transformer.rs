@@ -79,80 +79,36 @@ impl<B: Backend> TransformerLm<B> {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn lmsizes() {
-        use crate::models::transformer::LmSizes;
+    use burn::backend::Flex;
+    use burn::module::Module;
+    use burn::tensor::{Int, Tensor};
 
-        let sizes = LmSizes {
+    use crate::models::transformer::{LmSizes, TransformerLm};
+
+    fn sizes() -> LmSizes {
+        LmSizes {
             vocab: 10,
             d_model: 8,
             heads: 2,
             layers: 1,
             d_ff: 16,
             context: 6,
-        };
-        assert_eq!(sizes.d_model % sizes.heads, 0);
-    }
-
-    #[test]
-    fn transformerlm() {
-        use crate::models::transformer::{LmSizes, TransformerLm};
-        use burn::backend::Flex;
-        use burn::tensor::{Int, Tensor};
-
-        let device = Default::default();
-        let sizes = LmSizes {
-            vocab: 10,
-            d_model: 8,
-            heads: 2,
-            layers: 1,
-            d_ff: 16,
-            context: 6,
-        };
-        let lm = TransformerLm::<Flex>::new(sizes, &device);
-        let logits = lm.forward(Tensor::<Flex, 2, Int>::zeros([3, 6], &device));
-        assert_eq!(logits.dims(), [3, 6, 10]);
+        }
     }
 
     #[test]
     fn new() {
-        use crate::models::transformer::{LmSizes, TransformerLm};
-        use burn::backend::Flex;
-
-        use burn::module::Module;
-
-        let sizes = LmSizes {
-            vocab: 10,
-            d_model: 8,
-            heads: 2,
-            layers: 1,
-            d_ff: 16,
-            context: 6,
-        };
-        assert!(TransformerLm::<Flex>::new(sizes, &Default::default()).num_params() > 500);
+        assert!(TransformerLm::<Flex>::new(sizes(), &Default::default()).num_params() > 500);
     }
 
     #[test]
     fn forward() {
-        use crate::models::transformer::{LmSizes, TransformerLm};
-        use burn::backend::Flex;
-        use burn::tensor::{Int, Tensor};
-
         let device = Default::default();
-        let sizes = LmSizes {
-            vocab: 10,
-            d_model: 8,
-            heads: 2,
-            layers: 1,
-            d_ff: 16,
-            context: 6,
-        };
-        let lm = TransformerLm::<Flex>::new(sizes, &device);
-        // Shorter inputs than the context work too.
-        assert_eq!(
-            lm.forward(Tensor::<Flex, 2, Int>::zeros([2, 4], &device))
-                .dims(),
-            [2, 4, 10]
-        );
+        let lm = TransformerLm::<Flex>::new(sizes(), &device);
+        // Logits for every position of a full context, and of shorter inputs too.
+        for [n, t] in [[3, 6], [2, 4]] {
+            let logits = lm.forward(Tensor::<Flex, 2, Int>::zeros([n, t], &device));
+            assert_eq!(logits.dims(), [n, t, 10]);
+        }
     }
 }

@@ -3,7 +3,7 @@
 use std::fmt;
 
 use burn_mpric::ResolvedPolicy;
-use burn_mpric::scale::{LossScaleConfig, LossScaleError, LossScaler, PRESET_NAMES, UpdateRule};
+use burn_mpric::scale::{LossScaleConfig, LossScaleError, LossScaler, UpdateRule};
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -302,7 +302,8 @@ impl<'de> Deserialize<'de> for LossScaleSpec {
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 write!(
                     f,
-                    "a loss-scale preset name or a table; accepted: {PRESET_NAMES}, or a table of loss-scale fields"
+                    "a loss-scale preset name or a table; accepted: {}, or a table of loss-scale fields",
+                    LossScalePreset::names()
                 )
             }
 

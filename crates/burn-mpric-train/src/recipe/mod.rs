@@ -27,7 +27,6 @@ pub mod loss_scale;
 mod model;
 mod optimizer;
 pub(crate) mod overrides;
-pub mod plan;
 
 pub use model::{ConvConfig, MlpConfig, ModelConfig, TransformerLmConfig};
 pub use optimizer::{AdamSettings, OptimizerConfig, SgdSettings};

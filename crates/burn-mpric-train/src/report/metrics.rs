@@ -68,7 +68,7 @@ impl StepRow {
 /// # let mut recipe = burn_mpric_train::Recipe::example();
 /// # recipe.output = dir.clone();
 /// # let plan = burn_mpric_train::Plan::new(recipe, "doc")?;
-/// # let summary = burn_mpric_train::run::train(&plan, &Default::default())?;
+/// # let summary = burn_mpric_train::train(&plan, &Default::default())?;
 /// let metrics: burn_mpric_train::report::metrics::MetricsFile =
 ///     serde_json::from_slice(&std::fs::read(dir.join("metrics.json")).unwrap()).unwrap();
 /// let eval = metrics.eval.last().unwrap();
@@ -97,7 +97,7 @@ pub struct EvalRow {
 /// # let mut recipe = burn_mpric_train::Recipe::example();
 /// # recipe.output = dir.clone();
 /// # let plan = burn_mpric_train::Plan::new(recipe, "doc")?;
-/// # let summary = burn_mpric_train::run::train(&plan, &Default::default())?;
+/// # let summary = burn_mpric_train::train(&plan, &Default::default())?;
 /// let metrics: burn_mpric_train::report::metrics::MetricsFile =
 ///     serde_json::from_slice(&std::fs::read(dir.join("metrics.json")).unwrap()).unwrap();
 /// assert_eq!(metrics.steps.len(), 20);

@@ -12,7 +12,7 @@ use burn_mpric::{MixedPrecision, MpDevice};
 
 use crate::error::Error;
 use crate::models::Model;
-use crate::run::optim::{Ad, with_optimizer};
+use crate::optim::{Ad, with_optimizer};
 use crate::run::train::{Loop, Peers, Run, StepTurn, Summary};
 
 /// A registered peer, unregistered however its thread ends.

@@ -1,11 +1,10 @@
 //! Running a recipe: the training loop (`train.rs`), its replicas on their own threads
-//! (`ddp.rs`), resuming from a checkpoint (`resume.rs`), the output folder's lock (`lock.rs`)
-//! and the optimizer of a recipe (`optim.rs`).
+//! (`ddp.rs`), resuming from a checkpoint (`resume.rs`) and the output folder's lock
+//! (`lock.rs`).
 
 #[cfg(feature = "ddp")]
 mod ddp;
 pub(crate) mod lock;
-pub(crate) mod optim;
 pub(crate) mod resume;
 pub(crate) mod train;
 
@@ -14,8 +13,8 @@ use burn_mpric::MpDevice;
 
 use crate::backend::{BackendTask, mp_device};
 use crate::error::Error;
+use crate::optim::with_optimizer;
 use crate::recipe::{BackendName, Strategy};
-use optim::with_optimizer;
 use train::{Loop, Peers, Run};
 
 pub use train::{Summary, TrainOptions, train};

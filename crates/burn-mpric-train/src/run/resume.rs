@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use crate::checkpoint::{self, Checkpoint, Rejection, TrainState};
 use crate::error::Error;
-use crate::recipe::plan::Plan;
+use crate::plan::Plan;
 
 /// The checkpoint a run resumes from.
 #[derive(Debug)]

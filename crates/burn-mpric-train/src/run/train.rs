@@ -20,11 +20,11 @@ use crate::checkpoint::{self, Checkpoint, STATE_FORMAT_VERSION, TrainState};
 use crate::data::{Dataset, Sampler};
 use crate::error::{Error, RecipeError};
 use crate::models::Model;
-use crate::recipe::plan::Plan;
+use crate::optim::{Ad, OptimizerTask};
+use crate::plan::Plan;
 use crate::report::metrics::{self, EvalRow, MetricsFile, StepRow};
 use crate::report::plot;
 use crate::run::lock::RunLock;
-use crate::run::optim::{Ad, OptimizerTask};
 use crate::run::resume;
 
 /// How to run a plan.

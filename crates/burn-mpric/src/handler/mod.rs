@@ -366,8 +366,9 @@ impl PrecisionHandler {
         })
     }
 
-    /// Runs the optimizer with the step's gradients if they were finite; otherwise returns
-    /// `module` unchanged (the optimizer state is not touched either).
+    /// Runs the optimizer with the step's gradients if they were finite (parameters keep their
+    /// dtypes, as in [`LossScaler::step`]); otherwise returns `module` unchanged (the optimizer
+    /// state is not touched either).
     ///
     /// ```
     /// use burn::backend::{Autodiff, Flex};
@@ -400,7 +401,8 @@ impl PrecisionHandler {
         O: Optimizer<M, B>,
     {
         if step.outcome.is_applied() {
-            optim.step(lr, module, step.grads)
+            // The optimizer step of the scaler's own step functions: parameters keep their dtypes.
+            burn_mpric_scale::apply_gradients(optim, lr, module, step.grads)
         } else {
             module
         }

@@ -87,7 +87,7 @@ impl Rng {
 mod tests {
     #[test]
     fn rng() {
-        use crate::rng::Rng;
+        use crate::data::rng::Rng;
 
         let mut a = Rng::new(7);
         let mut b = Rng::from_state(a.state());
@@ -97,7 +97,7 @@ mod tests {
 
     #[test]
     fn new() {
-        use crate::rng::Rng;
+        use crate::data::rng::Rng;
 
         assert_eq!(Rng::new(1).next_u64(), Rng::new(1).next_u64());
         assert_ne!(Rng::new(1).next_u64(), Rng::new(2).next_u64());
@@ -105,14 +105,14 @@ mod tests {
 
     #[test]
     fn stream() {
-        use crate::rng::Rng;
+        use crate::data::rng::Rng;
 
         assert_ne!(Rng::stream(5, 1).next_u64(), Rng::stream(5, 2).next_u64());
     }
 
     #[test]
     fn from_state() {
-        use crate::rng::Rng;
+        use crate::data::rng::Rng;
 
         let mut r = Rng::new(3);
         r.next_u64();
@@ -121,14 +121,14 @@ mod tests {
 
     #[test]
     fn state() {
-        use crate::rng::Rng;
+        use crate::data::rng::Rng;
 
         assert_ne!(Rng::new(0).state(), 0);
     }
 
     #[test]
     fn next_u64() {
-        use crate::rng::Rng;
+        use crate::data::rng::Rng;
 
         let mut r = Rng::new(9);
         assert_ne!(r.next_u64(), r.next_u64());
@@ -136,7 +136,7 @@ mod tests {
 
     #[test]
     fn below() {
-        use crate::rng::Rng;
+        use crate::data::rng::Rng;
 
         let mut r = Rng::new(4);
         assert!((0..1000).all(|_| r.below(3) < 3));
@@ -144,7 +144,7 @@ mod tests {
 
     #[test]
     fn shuffle() {
-        use crate::rng::Rng;
+        use crate::data::rng::Rng;
 
         let mut v: Vec<usize> = (0..10).collect();
         Rng::new(1).shuffle(&mut v);
