@@ -9,11 +9,11 @@ use burn::nn::transformer::{
 };
 use burn::nn::{Linear, LinearConfig, PaddingConfig2d, Relu};
 use burn::optim::adaptor::OptimizerAdaptor;
-use burn::optim::{Adam, AdamConfig, GradientsParams, Optimizer};
+use burn::optim::{Adam, AdamConfig, GradientsParams};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{FloatDType, Tensor, TensorData};
 use burn_mpric::{Castable, ModuleParams, cast_grads_to_param_dtype};
-use burn_mpric_scale::{LossScaleConfig, LossScaler};
+use burn_mpric_scale::{LossScaleConfig, LossScaler, apply_gradients};
 use clap::ValueEnum;
 use serde::Serialize;
 
@@ -315,8 +315,29 @@ trait Task<B: AutodiffBackend> {
     fn prediction(&self, model: &Self::Model) -> Vec<f32>;
 }
 
+/// A step's input batch, made from host data at every step as a training loop's data loader
+/// makes it: a new value each time, so no cast of it outlives the step.
+struct Batch<B: Backend> {
+    data: TensorData,
+    device: B::Device,
+}
+
+impl<B: Backend> Batch<B> {
+    /// The batch `tensor` holds, at its dtype.
+    fn of<const D: usize>(tensor: Tensor<B, D>) -> Self {
+        Self {
+            device: tensor.device(),
+            data: tensor.into_data(),
+        }
+    }
+
+    fn load<const D: usize>(&self) -> Tensor<B, D> {
+        Tensor::from_data(self.data.clone(), (&self.device, self.data.dtype))
+    }
+}
+
 struct MlpTask<B: Backend> {
-    x: Tensor<B, 2>,
+    x: Batch<B>,
     y: Tensor<B, 2>,
 }
 
@@ -324,17 +345,17 @@ impl<B: AutodiffBackend> Task<B> for MlpTask<B> {
     type Model = Mlp<B>;
 
     fn loss(&self, model: &Mlp<B>) -> Tensor<B, 1> {
-        let pred = model.forward(self.x.clone()).cast(FloatDType::F32);
+        let pred = model.forward(self.x.load()).cast(FloatDType::F32);
         MseLoss::new().forward(pred, self.y.clone(), Reduction::Mean)
     }
 
     fn prediction(&self, model: &Mlp<B>) -> Vec<f32> {
-        to_f32(model.forward(self.x.clone()))
+        to_f32(model.forward(self.x.load()))
     }
 }
 
 struct TransformerTask<B: Backend> {
-    x: Tensor<B, 3>,
+    x: Batch<B>,
     y: Tensor<B, 3>,
 }
 
@@ -343,13 +364,13 @@ impl<B: AutodiffBackend> Task<B> for TransformerTask<B> {
 
     fn loss(&self, model: &TransformerEncoder<B>) -> Tensor<B, 1> {
         let out = model
-            .forward(TransformerEncoderInput::new(self.x.clone()))
+            .forward(TransformerEncoderInput::new(self.x.load()))
             .cast(FloatDType::F32);
         MseLoss::new().forward(out, self.y.clone(), Reduction::Mean)
     }
 
     fn prediction(&self, model: &TransformerEncoder<B>) -> Vec<f32> {
-        to_f32(model.forward(TransformerEncoderInput::new(self.x.clone())))
+        to_f32(model.forward(TransformerEncoderInput::new(self.x.load())))
     }
 }
 
@@ -390,7 +411,9 @@ impl<B: AutodiffBackend, T: Task<B>> TrainCase<B, T> {
                 let grads = GradientsParams::from_grads(loss.backward(), &model);
                 sample();
                 let grads = cast_grads_to_param_dtype(&model, grads);
-                self.optim.step(LR, model, grads)
+                // The scaler's own optimizer step, without its checks: the baseline it is
+                // measured against.
+                apply_gradients(&mut self.optim, LR, model, grads)
             }
             Some(scaler) => {
                 let scaled = scaler.scale_loss(loss);
@@ -496,7 +519,7 @@ pub fn build<B: AutodiffBackend>(
         } => {
             let model = deterministic(Mlp::<B>::new(dims, device), device, 20);
             let task = MlpTask {
-                x: storage.tensor(tensor([*batch, dims[0]], 4, 1.0, device)),
+                x: Batch::of(storage.tensor(tensor([*batch, dims[0]], 4, 1.0, device))),
                 y: tensor([*batch, *dims.last().expect("dims")], 5, 1.0, device),
             };
             Box::new(TrainCase::new(task, storage.module(model), *scaler, device))
@@ -514,7 +537,7 @@ pub fn build<B: AutodiffBackend>(
                 .init::<B>(device);
             let model = deterministic(model, device, 30);
             let task = TransformerTask {
-                x: storage.tensor(tensor([*batch, *seq, *d_model], 6, 1.0, device)),
+                x: Batch::of(storage.tensor(tensor([*batch, *seq, *d_model], 6, 1.0, device))),
                 y: tensor([*batch, *seq, *d_model], 7, 1.0, device),
             };
             Box::new(TrainCase::new(task, storage.module(model), false, device))

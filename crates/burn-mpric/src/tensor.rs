@@ -41,12 +41,14 @@ macro_rules! primitive {
 /// A float tensor of a [`MixedPrecision`](crate::MixedPrecision) backend.
 ///
 /// Under a policy whose compute dtype differs from its param dtype, the value can also carry
-/// its cast to the compute dtype, made on its first use as the weight or bias of a module op
-/// (linear, convolutions) and shared by every clone of the value: the forward op and the
-/// backward that saved it use one cast, as PyTorch autocast's cache does for leaf tensors.
-/// An op result is a new value with an empty cache, so a cached cast can never be stale, and it
-/// is freed with the value. Activations are not cached (their half copies would sit beside the
-/// full-precision values autodiff saves for backward).
+/// its cast to the compute dtype, made on its first use and shared by every clone of the value:
+/// the forward op and the backward that saved it use one cast, as PyTorch autocast's cache does
+/// for leaf tensors. Two kinds of value keep their cast: the weight or bias of a module op
+/// (linear, convolutions), and an input, a value no float op computed (host data, a creation op,
+/// an int or bool tensor made float: a data batch, a mask). An op result is a new value with an empty cache,
+/// so a cached cast can never be stale, and it is freed with the value. Activations are not
+/// cached (their half copies would sit beside the full-precision values autodiff saves for
+/// backward).
 #[derive(Clone, Debug)]
 pub struct MpFloat<B: Backend> {
     pub(crate) inner: B::FloatTensorPrimitive,
@@ -68,6 +70,10 @@ pub(crate) struct Value<B: Backend> {
 pub(crate) enum Fact<B: Backend> {
     /// Nothing.
     None,
+    /// Computed by no float op: host data, a creation op, or an int or bool tensor made float
+    /// (a program input, a constant, a mask, a freshly initialised parameter). Its cast to the
+    /// compute dtype is kept.
+    Input,
     /// `max_dim(of, dim)`.
     MaxOf { of: ValueId<B>, dim: usize },
     /// `x - max_dim(x, dim)`: every element is at most 0.
@@ -131,9 +137,9 @@ impl<B: Backend> MpFloat<B> {
         self.value.as_ref().map(|v| ValueId(Arc::downgrade(v)))
     }
 
-    /// This value at `target` (another dtype than its own): with `cached` and `target` the
-    /// compute dtype, the value's shared cast (made now if it is the first); a new cast
-    /// otherwise.
+    /// This value at `target` (another dtype than its own): with `target` the compute dtype
+    /// and either `cached` or an input value, the value's shared cast (made now if it is the
+    /// first); a new cast otherwise.
     pub(crate) fn cast_to(self, target: FloatDType, cached: bool) -> Self {
         let MpFloat {
             inner,
@@ -141,10 +147,15 @@ impl<B: Backend> MpFloat<B> {
             value,
         } = self;
         let inner = match value {
-            Some(value) if cached && target == precision.0.policy.compute() => value
-                .compute_cast
-                .get_or_init(|| counted_cast::<B>(inner, target))
-                .clone(),
+            Some(value)
+                if (cached || matches!(value.fact, Fact::Input))
+                    && target == precision.0.policy.compute() =>
+            {
+                value
+                    .compute_cast
+                    .get_or_init(|| counted_cast::<B>(inner, target))
+                    .clone()
+            }
             _ => counted_cast::<B>(inner, target),
         };
         Self::new(inner, precision)
@@ -187,10 +198,14 @@ thread_local! {
 /// let device = B::device(Default::default(), "mixed_bf16".parse::<Policy>().unwrap()).unwrap();
 /// let w = Tensor::<B, 2>::ones([4, 4], &device);
 /// let x = Tensor::<B, 2>::ones([2, 4], &device);
+/// let h = x.clone().add_scalar(1.0); // an activation at f32
 /// let before = casts_made();
 /// let _ = burn::tensor::module::linear(x.clone(), w.clone(), None); // x and w cast to bf16
-/// let _ = burn::tensor::module::linear(x.clone(), w.clone(), None); // x again, w reused
-/// assert_eq!(casts_made() - before, 3);
+/// let _ = burn::tensor::module::linear(x.clone(), w.clone(), None); // both casts reused
+/// assert_eq!(casts_made() - before, 2);
+/// let _ = burn::tensor::module::linear(h.clone(), w.clone(), None); // h cast, w reused
+/// let _ = burn::tensor::module::linear(h, w, None); // h cast again: activations are not kept
+/// assert_eq!(casts_made() - before, 4);
 /// ```
 pub fn casts_made() -> u64 {
     CASTS_MADE.with(Cell::get)

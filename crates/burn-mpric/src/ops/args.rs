@@ -65,7 +65,8 @@ pub(crate) fn float_dtype(tensor: &impl TensorMetadata) -> FloatDType {
 /// Whether an argument's cast to the compute dtype is kept with its value: the parameters of
 /// module ops (`weight`, `bias`), which forward and backward both use, as PyTorch autocast
 /// keeps the casts of leaf tensors, and the output gradient a module op's backward entry points
-/// share (short-lived). Activations are cast afresh: keeping their half copies beside the
+/// share (short-lived). Inputs (values made from data) keep theirs whatever the argument, see
+/// `MpFloat`. Activations are cast afresh: keeping their half copies beside the
 /// full-precision values autodiff saves for backward would raise activation memory.
 pub(crate) fn caches_cast(arg: &str) -> bool {
     matches!(arg, "weight" | "bias" | "output_grad")

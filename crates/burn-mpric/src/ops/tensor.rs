@@ -12,7 +12,7 @@ use super::args::{cast_inner, float_dtype};
 use super::forward::forward_ops;
 use crate::backend::MixedPrecision;
 use crate::device::MpDevice;
-use crate::tensor::MpFloat;
+use crate::tensor::{Fact, MpFloat};
 
 /// A float tensor as the host reads it (`into_data`, `to_vec`, transactions): at the
 /// policy's output dtype when it holds the compute dtype (see the crate docs, "What the
@@ -37,7 +37,12 @@ pub(crate) fn create<B: Backend>(
         .precision
         .0
         .creation_dtype(requested, default_float::<B>());
-    MpFloat::new(make(&device.inner, dtype), device.precision.clone())
+    // An input: its cast to the compute dtype is kept with it (see `MpFloat`).
+    MpFloat::with_fact(
+        make(&device.inner, dtype),
+        device.precision.clone(),
+        Fact::Input,
+    )
 }
 
 /// The ops of this trait that both decorators forward, with their op-table entries.
