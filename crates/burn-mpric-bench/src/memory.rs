@@ -79,11 +79,26 @@ impl MemorySource {
         match self {
             MemorySource::Heap => "process heap (counting allocator), high-water mark".into(),
             MemorySource::Device(_) => {
-                "device bytes in use (cubecl memory_usage), read after forward, backward and the optimizer and polled all along (a lower bound)".into()
+                format!(
+                    "device bytes in use (cubecl memory_usage), read after forward, backward and the optimizer and polled all along (a lower bound); the median of {DEVICE_REPEATS} measurements, variants in rotated order"
+                )
             }
         }
     }
+
+    /// How many times each variant's peak is measured: the heap figure is exact, a device
+    /// figure moves by several MiB between measurements of one computation (what the
+    /// poller catches, what the previous case released late), so it is taken as a median.
+    pub fn repeats(&self) -> usize {
+        match self {
+            MemorySource::Heap => 1,
+            MemorySource::Device(_) => DEVICE_REPEATS,
+        }
+    }
 }
+
+/// Measurements of a device peak per variant (see [`MemorySource::repeats`]).
+pub const DEVICE_REPEATS: usize = 3;
 
 /// The peak memory of a case, above what was in use before it was built.
 #[derive(Debug, Clone, Serialize)]
@@ -99,6 +114,30 @@ pub enum Peak {
         /// Why.
         reason: String,
     },
+}
+
+impl Peak {
+    /// The median of several measurements of one case (the upper one of the middle two for an
+    /// even count); a measurement that was not reported wins, with its reason.
+    pub fn median(mut readings: Vec<Peak>) -> Option<Peak> {
+        if let Some(i) = readings
+            .iter()
+            .position(|p| matches!(p, Peak::NotReported { .. }))
+        {
+            return Some(readings.swap_remove(i));
+        }
+        let mut bytes: Vec<u64> = readings
+            .iter()
+            .filter_map(|p| match p {
+                Peak::Bytes { bytes } => Some(*bytes),
+                Peak::NotReported { .. } => None,
+            })
+            .collect();
+        bytes.sort_unstable();
+        bytes
+            .get(bytes.len() / 2)
+            .map(|&bytes| Peak::Bytes { bytes })
+    }
 }
 
 /// Runs `run` (which builds a case and runs a few iterations, calling the function it is given
@@ -157,6 +196,24 @@ pub fn peak_of(source: &MemorySource, run: impl FnOnce(&dyn Fn())) -> Peak {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn the_median_of_device_readings_ignores_one_outlier() {
+        let bytes = |b| Peak::Bytes { bytes: b };
+        let median = Peak::median(vec![bytes(120), bytes(100), bytes(9_000)]);
+        assert!(
+            matches!(median, Some(Peak::Bytes { bytes: 120 })),
+            "{median:?}"
+        );
+        let failed = Peak::NotReported {
+            reason: "no counter".into(),
+        };
+        assert!(matches!(
+            Peak::median(vec![bytes(1), failed]),
+            Some(Peak::NotReported { .. })
+        ));
+        assert!(Peak::median(Vec::new()).is_none());
+    }
 
     #[test]
     fn a_device_counter_is_polled_while_the_case_runs() {

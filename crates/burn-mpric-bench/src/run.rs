@@ -337,19 +337,23 @@ fn measure_group<I: Backend>(
         case.step();
         case.step();
     }
-    let peaks: Vec<Option<Peak>> = prepared
-        .iter()
-        .map(|p| {
-            p.factory.as_ref().ok().map(|factory| {
-                peak_of(&setup.memory, |sample| {
+    // A device figure is measured several times, the variants in rotated order (as the
+    // timing rounds are), and taken as the median.
+    let mut readings: Vec<Vec<Peak>> = vec![Vec::new(); prepared.len()];
+    for round in 0..setup.memory.repeats() {
+        for k in 0..prepared.len() {
+            let i = (k + round) % prepared.len();
+            if let Ok(factory) = &prepared[i].factory {
+                readings[i].push(peak_of(&setup.memory, |sample| {
                     let mut case = factory();
                     sample();
                     case.step_sampled(sample);
                     case.step_sampled(sample);
-                })
-            })
-        })
-        .collect();
+                }));
+            }
+        }
+    }
+    let peaks: Vec<Option<Peak>> = readings.into_iter().map(Peak::median).collect();
     // Interleaved timing.
     let mut cases: Vec<Box<dyn Case>> = prepared
         .iter()
