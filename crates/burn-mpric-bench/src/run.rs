@@ -12,7 +12,7 @@ use burn_mpric::instrument::{Instrumented, record};
 use burn_mpric::{MixedPrecision, MpDevice, Policy};
 use serde::Serialize;
 
-use crate::harness::{Budget, Case, measure_interleaved};
+use crate::harness::{Budget, Case, Samples, measure_interleaved};
 use crate::memory::{MemorySource, Peak, peak_of};
 use crate::workloads::{self, Spec, Storage, Workload};
 
@@ -76,6 +76,12 @@ pub struct Measured {
     pub max_ms: f64,
     /// Samples (rounds).
     pub rounds: usize,
+    /// Milliseconds per iteration in each round, in round order.
+    #[serde(skip)]
+    pub round_ms: Vec<f64>,
+    /// For a loss-scaler row (`+ dynamic scaler`): the median over rounds of its time over
+    /// the time of the same policy without the scaler in that round.
+    pub paired_ratio: Option<f64>,
     /// Iterations per sample.
     pub iters_per_sample: usize,
     /// Median over the f32 baseline's median (the bare backend), from the same interleaved
@@ -292,6 +298,7 @@ fn measure_group<I: Backend>(
     workload: Workload,
     spec: &Spec,
     prepared: Vec<Prepared>,
+    budget: Budget,
 ) -> Vec<Row> {
     let started = Instant::now();
     eprintln!(
@@ -359,7 +366,7 @@ fn measure_group<I: Backend>(
         .iter()
         .filter_map(|p| p.factory.as_ref().ok().map(|f| f()))
         .collect();
-    let samples = measure_interleaved(&mut cases, setup.budget);
+    let samples = measure_interleaved(&mut cases, budget);
     drop(cases);
     let bare_median = samples.first().map(|s| s.median()).unwrap_or(f64::NAN);
 
@@ -378,6 +385,8 @@ fn measure_group<I: Backend>(
                         min_ms: s.min(),
                         max_ms: s.max(),
                         rounds: s.ms.len(),
+                        round_ms: s.ms.clone(),
+                        paired_ratio: None,
                         iters_per_sample: s.iters_per_sample,
                         ratio_to_bare: median / bare_median,
                         peak: peak.expect("peak for a runnable case"),
@@ -411,7 +420,7 @@ fn group<I: Backend>(
         .iter()
         .map(|v| prepare::<I>(&setup.device, *v, spec, ""))
         .collect();
-    measure_group(setup, workload, spec, prepared)
+    measure_group(setup, workload, spec, prepared, setup.budget)
 }
 
 fn standard<I: Backend>(setup: &Setup<I>, workload: Workload, spec: &Spec) -> Vec<Row> {
@@ -426,6 +435,16 @@ fn mlp_spec(sizes: &Sizes, scaler: bool) -> Spec {
     }
 }
 
+/// The median over rounds of `with[r] / without[r]`: the ratio of two variants measured in
+/// the same rounds.
+fn paired_ratio(with: &[f64], without: &[f64]) -> f64 {
+    Samples {
+        ms: with.iter().zip(without).map(|(w, o)| w / o).collect(),
+        iters_per_sample: 1,
+    }
+    .median()
+}
+
 fn loss_scaler<I: Backend>(setup: &Setup<I>) -> Vec<Row> {
     let plain = mlp_spec(&setup.sizes, false);
     let scaled = mlp_spec(&setup.sizes, true);
@@ -434,12 +453,21 @@ fn loss_scaler<I: Backend>(setup: &Setup<I>) -> Vec<Row> {
         prepared.push(prepare::<I>(&setup.device, v, &plain, ""));
         prepared.push(prepare::<I>(&setup.device, v, &scaled, " + dynamic scaler"));
     }
-    let mut rows = measure_group(setup, Workload::LossScalerStep, &plain, prepared);
+    // The overhead is a few percent of a step: three times the rounds of other groups.
+    let budget = Budget {
+        max_rounds: setup.budget.max_rounds * 3,
+        time_limit: setup.budget.time_limit * 3,
+        ..setup.budget
+    };
+    let mut rows = measure_group(setup, Workload::LossScalerStep, &plain, prepared, budget);
     for (pair, variant) in rows.chunks_mut(2).zip(Variant::ALL) {
         if let [without, with] = pair
-            && let (Ok(a), Ok(b)) = (&without.result, &with.result)
+            && let (Ok(a), Ok(b)) = (&without.result, &mut with.result)
         {
-            let overhead = b.median_ms / a.median_ms;
+            // Paired by round: the two ran within one round, so a slow phase of the machine
+            // slows both.
+            let overhead = paired_ratio(&b.round_ms, &a.round_ms);
+            b.paired_ratio = Some(overhead);
             // The ops the backend runs per step, with and without the scaler: on a backend
             // bound by per-kernel cost, the overhead follows their count.
             let ops = match (
@@ -577,7 +605,7 @@ fn cast_overhead<I: Backend>(setup: &Setup<I>) -> (Vec<Row>, Vec<CastRow>) {
             note: None,
         });
     }
-    let mut rows = measure_group(setup, Workload::CastOverhead, &spec, prepared);
+    let mut rows = measure_group(setup, Workload::CastOverhead, &spec, prepared, setup.budget);
 
     let mut cast_rows = Vec::new();
     for v in Variant::ALL {
@@ -669,4 +697,18 @@ pub fn run_backend<I: Backend>(
         }
     }
     (rows, casts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::paired_ratio;
+
+    #[test]
+    fn a_paired_ratio_is_the_median_of_the_rounds_ratios() {
+        // The machine slows down over the rounds; each round's pair slows alike.
+        let without = [10.0, 20.0, 40.0];
+        let with = [11.0, 21.0, 44.0];
+        assert!((paired_ratio(&with, &without) - 1.1).abs() < 1e-12);
+        assert!(paired_ratio(&[], &[]).is_nan());
+    }
 }
