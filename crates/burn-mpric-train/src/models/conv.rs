@@ -71,9 +71,12 @@ impl<B: Backend> ConvNet<B> {
 }
 
 #[cfg(test)]
+// Each test holds `rng_lock`: Burn's RNG is the process's, and a seeded init may run on
+// another test thread.
 mod tests {
     #[test]
     fn convnet() {
+        let _rng = crate::models::rng_lock();
         use crate::models::conv::ConvNet;
         use burn::backend::Flex;
         use burn::tensor::Tensor;
@@ -85,6 +88,7 @@ mod tests {
 
     #[test]
     fn new() {
+        let _rng = crate::models::rng_lock();
         use crate::models::conv::ConvNet;
         use burn::backend::Flex;
 
@@ -97,6 +101,7 @@ mod tests {
 
     #[test]
     fn forward() {
+        let _rng = crate::models::rng_lock();
         use crate::models::conv::ConvNet;
         use burn::backend::Flex;
         use burn::tensor::Tensor;

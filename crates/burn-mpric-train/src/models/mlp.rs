@@ -40,9 +40,12 @@ impl<B: Backend> Mlp<B> {
 }
 
 #[cfg(test)]
+// Each test holds `rng_lock`: Burn's RNG is the process's, and a seeded init may run on
+// another test thread.
 mod tests {
     #[test]
     fn mlp() {
+        let _rng = crate::models::rng_lock();
         use crate::models::mlp::Mlp;
         use burn::backend::Flex;
         use burn::tensor::Tensor;
@@ -55,6 +58,7 @@ mod tests {
 
     #[test]
     fn new() {
+        let _rng = crate::models::rng_lock();
         use crate::models::mlp::Mlp;
         use burn::backend::Flex;
 
@@ -66,6 +70,7 @@ mod tests {
 
     #[test]
     fn forward() {
+        let _rng = crate::models::rng_lock();
         use crate::models::mlp::Mlp;
         use burn::backend::Flex;
         use burn::tensor::Tensor;

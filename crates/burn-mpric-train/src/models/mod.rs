@@ -4,7 +4,7 @@ pub mod conv;
 pub mod mlp;
 pub mod transformer;
 
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::nn::loss::{CrossEntropyLossConfig, MseLoss, Reduction};
@@ -42,10 +42,37 @@ pub struct Output<B: Backend> {
 /// Model init reads Burn's backend RNG, which is global to the process: one init at a time.
 static INIT_LOCK: Mutex<()> = Mutex::new(());
 
+/// Holds the backend RNG for this thread: no model of this crate is initialized elsewhere
+/// until it is dropped. Every init here takes it; so must any other code (tests) that draws
+/// from the RNG while a seeded init may run on another thread.
+pub(crate) fn rng_lock() -> MutexGuard<'static, ()> {
+    INIT_LOCK
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 impl<B: Backend> Model<B> {
-    /// A freshly initialized model (Burn's initializers, the backend's current RNG).
+    /// A freshly initialized model (Burn's initializers, the backend's current RNG), every
+    /// parameter materialized under [`rng_lock`], so that a seeded init on another thread
+    /// never sees its draws.
     pub fn init(config: &ModelConfig, dims: Dims, device: &B::Device) -> Self {
-        match config {
+        let _rng = rng_lock();
+        Self::build(config, dims, device)
+    }
+
+    /// A model initialized from `seed`: the backend RNG is seeded and every parameter is
+    /// materialized while no other thread of this crate initializes a model, so the same
+    /// seed gives the same parameters.
+    pub fn init_seeded(config: &ModelConfig, dims: Dims, seed: u64, device: &B::Device) -> Self {
+        let _rng = rng_lock();
+        B::seed(device, seed);
+        Self::build(config, dims, device)
+    }
+
+    /// The model with every parameter materialized (Burn initializes them lazily, at first
+    /// use); the caller holds [`rng_lock`].
+    fn build(config: &ModelConfig, dims: Dims, device: &B::Device) -> Self {
+        let model = match config {
             ModelConfig::Mlp(c) => {
                 Model::Mlp(Mlp::new(dims.inputs, &c.hidden, dims.outputs, device))
             }
@@ -68,18 +95,7 @@ impl<B: Backend> Model<B> {
                 },
                 device,
             )),
-        }
-    }
-
-    /// A model initialized from `seed`: the backend RNG is seeded and every parameter is
-    /// materialized while no other thread of this crate initializes a model, so the same
-    /// seed gives the same parameters.
-    pub fn init_seeded(config: &ModelConfig, dims: Dims, seed: u64, device: &B::Device) -> Self {
-        let _guard = INIT_LOCK
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        B::seed(device, seed);
-        let model = Self::init(config, dims, device);
+        };
         model.visit(&mut Materialize);
         model
     }

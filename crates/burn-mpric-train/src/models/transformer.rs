@@ -78,6 +78,8 @@ impl<B: Backend> TransformerLm<B> {
 }
 
 #[cfg(test)]
+// Each test holds `rng_lock`: Burn's RNG is the process's, and a seeded init may run on
+// another test thread.
 mod tests {
     use burn::backend::Flex;
     use burn::module::Module;
@@ -98,11 +100,13 @@ mod tests {
 
     #[test]
     fn new() {
+        let _rng = crate::models::rng_lock();
         assert!(TransformerLm::<Flex>::new(sizes(), &Default::default()).num_params() > 500);
     }
 
     #[test]
     fn forward() {
+        let _rng = crate::models::rng_lock();
         let device = Default::default();
         let lm = TransformerLm::<Flex>::new(sizes(), &device);
         // Logits for every position of a full context, and of shorter inputs too.
