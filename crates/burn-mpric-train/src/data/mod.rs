@@ -366,6 +366,14 @@ fn shuffled(n: usize, state: u64) -> (Vec<usize>, Rng) {
 
 #[cfg(test)]
 mod tests {
+    use crate::data::Dataset;
+
+    /// The data of `Recipe::example()`: iris, 120 training and 30 evaluation examples.
+    fn iris() -> Dataset {
+        let recipe = crate::Recipe::example();
+        Dataset::load(&recipe.dataset, &recipe.model, 0).unwrap()
+    }
+
     #[test]
     fn dataset() {
         use crate::Recipe;
@@ -379,9 +387,7 @@ mod tests {
 
     #[test]
     fn dims() {
-        use crate::{Recipe, data::Dataset};
-        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        let data = iris();
         assert_eq!(
             data.dims(),
             crate::data::Dims {
@@ -393,9 +399,9 @@ mod tests {
 
     #[test]
     fn load() {
-        use crate::{Recipe, data::Dataset};
-        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        use crate::Recipe;
+        let recipe = Recipe::example();
+        let data = iris();
         assert_eq!(data.train_len() + data.eval_len(), 150);
         let other = Dataset::load(&recipe.dataset, &recipe.model.clone(), 1).unwrap();
         assert_eq!(other.train_len(), data.train_len());
@@ -403,59 +409,45 @@ mod tests {
 
     #[test]
     fn dims_2() {
-        use crate::{Recipe, data::Dataset};
-        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        let data = iris();
         assert_eq!((data.dims().inputs, data.dims().outputs), (4, 3));
     }
 
     #[test]
     fn train_len() {
-        use crate::{Recipe, data::Dataset};
-        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        let data = iris();
         assert_eq!(data.train_len(), 120);
     }
 
     #[test]
     fn eval_len() {
-        use crate::{Recipe, data::Dataset};
-        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        let data = iris();
         assert_eq!(data.eval_len(), 30);
     }
 
     #[test]
     fn has_accuracy() {
-        use crate::{Recipe, data::Dataset};
-        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        let data = iris();
         assert!(data.has_accuracy());
     }
 
     #[test]
     fn steps_per_epoch() {
-        use crate::{Recipe, data::Dataset};
-        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        let data = iris();
         assert_eq!(data.steps_per_epoch(16), 7);
         assert_eq!(data.steps_per_epoch(1000), 1);
     }
 
     #[test]
     fn check_batch_size() {
-        use crate::{Recipe, data::Dataset};
-        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        let data = iris();
         assert!(data.check_batch_size(120).is_ok());
         assert_eq!(data.check_batch_size(121).unwrap_err().field, "batch_size");
     }
 
     #[test]
     fn eval_batches() {
-        use crate::{Recipe, data::Dataset};
-        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        let data = iris();
         let batches = data.eval_batches(16);
         assert_eq!(
             batches.iter().map(Vec::len).collect::<Vec<_>>(),
@@ -465,9 +457,7 @@ mod tests {
 
     #[test]
     fn batch() {
-        use crate::{Recipe, data::Dataset};
-        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        let data = iris();
         use crate::data::Inputs;
         use burn::backend::Flex;
 
@@ -488,17 +478,13 @@ mod tests {
 
     #[test]
     fn describe() {
-        use crate::{Recipe, data::Dataset};
-        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        let data = iris();
         assert!(data.describe().starts_with("iris: 4 features, 3 classes"));
     }
 
     #[test]
     fn inputs() {
-        use crate::{Recipe, data::Dataset};
-        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        let data = iris();
         use crate::data::Inputs;
         use burn::backend::Flex;
 
@@ -508,9 +494,7 @@ mod tests {
 
     #[test]
     fn targets() {
-        use crate::{Recipe, data::Dataset};
-        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        let data = iris();
         use crate::data::Targets;
         use burn::backend::Flex;
 
@@ -520,18 +504,14 @@ mod tests {
 
     #[test]
     fn batch_2() {
-        use crate::{Recipe, data::Dataset};
-        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        let data = iris();
         let batch = data.batch::<burn::backend::Flex>(false, &[3, 4], &Default::default());
         assert_eq!(batch.len, 2);
     }
 
     #[test]
     fn dataposition() {
-        use crate::{Recipe, data::Dataset};
-        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        let data = iris();
         use crate::data::Sampler;
 
         let mut sampler = Sampler::new(&data, 0, 16);
@@ -560,9 +540,7 @@ mod tests {
 
     #[test]
     fn new() {
-        use crate::{Recipe, data::Dataset};
-        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        let data = iris();
         use crate::data::Sampler;
 
         let (mut a, mut b) = (Sampler::new(&data, 0, 16), Sampler::new(&data, 1, 16));
@@ -571,9 +549,7 @@ mod tests {
 
     #[test]
     fn restore() {
-        use crate::{Recipe, data::Dataset};
-        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        let data = iris();
         use crate::data::Sampler;
 
         let mut a = Sampler::new(&data, 0, 16);
@@ -611,9 +587,7 @@ mod tests {
 
     #[test]
     fn position() {
-        use crate::{Recipe, data::Dataset};
-        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        let data = iris();
         use crate::data::Sampler;
 
         let mut sampler = Sampler::new(&data, 0, 16);
@@ -623,9 +597,7 @@ mod tests {
 
     #[test]
     fn next_items() {
-        use crate::{Recipe, data::Dataset};
-        let recipe = Recipe::example(); // iris: 120 training, 30 evaluation examples
-        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        let data = iris();
         use crate::data::Sampler;
 
         let mut sampler = Sampler::new(&data, 0, 16);

@@ -199,12 +199,23 @@ impl<B: Backend> ModuleVisitor<B> for Collect {
 
 #[cfg(test)]
 mod tests {
+    use burn::backend::Flex;
+
+    use crate::data::Dataset;
+    use crate::models::Model;
+    use crate::recipe::ModelConfig;
+
+    /// The model and data of `Recipe::example()` (an MLP on iris).
+    fn example() -> (ModelConfig, Dataset) {
+        let recipe = crate::Recipe::example();
+        let data = Dataset::load(&recipe.dataset, &recipe.model, 0).unwrap();
+        (recipe.model, data)
+    }
+
     #[test]
     fn model() {
         use crate::data::Dims;
-        use crate::models::Model;
-        use crate::recipe::{MlpConfig, ModelConfig};
-        use burn::backend::Flex;
+        use crate::recipe::MlpConfig;
         use burn::module::Module;
 
         let config = ModelConfig::Mlp(MlpConfig { hidden: vec![8] });
@@ -221,11 +232,7 @@ mod tests {
 
     #[test]
     fn output() {
-        use crate::{Recipe, data::Dataset, models::Model};
-        use burn::backend::Flex;
-        let recipe = Recipe::example();
-        let config = recipe.model.clone();
-        let data = Dataset::load(&recipe.dataset, &config, 0).unwrap();
+        let (config, data) = example();
         let device = Default::default();
         let model = Model::<Flex>::init(&config, data.dims(), &device);
         let out = model
@@ -239,11 +246,7 @@ mod tests {
 
     #[test]
     fn init() {
-        use crate::{Recipe, data::Dataset, models::Model};
-        use burn::backend::Flex;
-        let recipe = Recipe::example();
-        let config = recipe.model.clone();
-        let data = Dataset::load(&recipe.dataset, &config, 0).unwrap();
+        let (config, data) = example();
         let device = Default::default();
         use burn::module::Module;
 
@@ -255,9 +258,7 @@ mod tests {
     #[test]
     fn init_seeded() {
         use crate::data::Dims;
-        use crate::models::Model;
-        use crate::recipe::{MlpConfig, ModelConfig};
-        use burn::backend::Flex;
+        use crate::recipe::MlpConfig;
 
         let config = ModelConfig::Mlp(MlpConfig { hidden: vec![4] });
         let dims = Dims {
@@ -271,11 +272,7 @@ mod tests {
 
     #[test]
     fn param_values() {
-        use crate::{Recipe, data::Dataset, models::Model};
-        use burn::backend::Flex;
-        let recipe = Recipe::example();
-        let config = recipe.model.clone();
-        let data = Dataset::load(&recipe.dataset, &config, 0).unwrap();
+        let (config, data) = example();
         let device = Default::default();
         let model = Model::<Flex>::init_seeded(&config, data.dims(), 0, &device);
         let params = model.param_values();
@@ -285,11 +282,7 @@ mod tests {
 
     #[test]
     fn params_finite() -> Result<(), crate::Error> {
-        use crate::{Recipe, data::Dataset, models::Model};
-        use burn::backend::Flex;
-        let recipe = Recipe::example();
-        let config = recipe.model.clone();
-        let data = Dataset::load(&recipe.dataset, &config, 0).unwrap();
+        let (config, data) = example();
         let device = Default::default();
         let model = Model::<Flex>::init_seeded(&config, data.dims(), 0, &device);
         assert!(model.params_finite()?);
@@ -298,11 +291,7 @@ mod tests {
 
     #[test]
     fn forward() {
-        use crate::{Recipe, data::Dataset, models::Model};
-        use burn::backend::Flex;
-        let recipe = Recipe::example();
-        let config = recipe.model.clone();
-        let data = Dataset::load(&recipe.dataset, &config, 0).unwrap();
+        let (config, data) = example();
         let device = Default::default();
         use burn::tensor::DType;
 
