@@ -80,16 +80,17 @@ pub fn global_grad_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
     Some(norm.mask_where(largest.clone().is_inf(), largest))
 }
 
-/// Each gradient's sum of squares, stacked in one f32 tensor (one entry per gradient, in
-/// `ids` order), for the step's one host read. The global norm is combined on the host in f64
-/// by [`global_norm_from_squares`], so the sum over gradients cannot overflow; a gradient whose
-/// own sum of squares overflowed f32 is recomputed there.
+/// Sums of squares of gradients, for the step's one host read: `values[i]` holds one f32
+/// entry per group, and the groups, in order, say which parameters each entry covers (one per
+/// packed buffer, or one per gradient). The global norm is combined on the host in f64 by
+/// [`global_norm_from_squares`], so the sum over entries cannot overflow; a group whose own
+/// sum of squares overflowed f32 is recomputed there, gradient by gradient.
 #[derive(Debug, Clone)]
 pub(crate) struct GradSquares<B: Backend> {
-    /// One f32 sum of squares per gradient.
-    pub(crate) values: Tensor<B, 1>,
-    /// The parameter of each entry of `values`.
-    pub(crate) ids: Vec<ParamId>,
+    /// The sums of squares, one entry per group.
+    pub(crate) values: Vec<Tensor<B, 1>>,
+    /// The parameters each entry covers.
+    pub(crate) groups: Vec<Vec<ParamId>>,
 }
 
 /// The per-gradient sums of squares of the gradients of `module` summed over `shards`
@@ -110,45 +111,45 @@ pub(crate) fn grad_squares_of_sum<B: AutodiffBackend, M: AutodiffModule<B>>(
     module.visit(&mut visitor);
     let (flat, ids) = (visitor.flat, visitor.ids);
     let device = flat.first()?.device();
-    let sums = flat
+    let values = flat
         .into_iter()
         .map(|g| g.square().sum().to_device(&device))
         .collect();
     Some(GradSquares {
-        values: Tensor::cat(sums, 0),
-        ids,
+        values,
+        groups: ids.into_iter().map(|id| vec![id]).collect(),
     })
 }
 
-/// The global L2 norm, in f64, from the per-gradient sums of squares read from the device
-/// (`squares[i]` belongs to `ids[i]`), with `shards` holding the gradients they came from.
+/// The global L2 norm, in f64, from the sums of squares read from the device (`squares[i]`
+/// covers the gradients of `groups[i]`), with `shards` holding the gradients they came from.
 ///
 /// Finite sums are added in f64 (no overflow, however many gradients). A NaN sum means a NaN
 /// element: the norm is NaN. An infinite sum means an infinite element, or finite elements
-/// whose squares overflowed f32; only then are those gradients read again, as their largest
-/// magnitude `m` and `sum((g / m)^2)` (a second host read, in their own width), and their
-/// share is `m^2 * sum((g / m)^2)` in f64. An infinite `m` gives an infinite norm.
+/// whose squares overflowed f32; only then are that group's gradients read again, each as its
+/// largest magnitude `m` and `sum((g / m)^2)` (a second host read, in their own width), and
+/// their share is `m^2 * sum((g / m)^2)` in f64. An infinite `m` gives an infinite norm.
 pub(crate) fn global_norm_from_squares<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: &M,
     shards: &[&GradientsParams],
     squares: &[f32],
-    ids: &[ParamId],
+    groups: &[Vec<ParamId>],
 ) -> Result<f64, StepError> {
-    if squares.len() != ids.len() {
+    if squares.len() != groups.len() {
         return Err(StepError::UnexpectedRead(format!(
             "expected {} sums of squares, got {}",
-            ids.len(),
+            groups.len(),
             squares.len()
         )));
     }
     let mut total = 0.0f64;
     let mut overflowed = HashSet::new();
-    for (&square, &id) in squares.iter().zip(ids) {
+    for (&square, group) in squares.iter().zip(groups) {
         if square.is_nan() {
             return Ok(f64::NAN);
         }
         if square.is_infinite() {
-            overflowed.insert(id);
+            overflowed.extend(group.iter().copied());
         } else {
             total += f64::from(square);
         }

@@ -12,8 +12,9 @@
 //!   [`LossScaleConfig`] with presets that reproduce PyTorch, jmp, eformer, Keras, Flax, DeepSpeed
 //!   and Megatron exactly (the scale always stays a finite, positive f32);
 //! - the one-pass gradient transform [`unscale_grads`] (cast to the parameter dtype, unscale,
-//!   one finiteness flag for all gradients of any rank and float dtype) and
-//!   [`cast_grads_to_param_dtype`];
+//!   check finiteness, for gradients of any rank and float dtype; small gradients are packed
+//!   into flat buffers, so a step costs one multiply and one reduction per buffer and one host
+//!   read) and [`cast_grads_to_param_dtype`];
 //! - [`LossScaler`], the step contract around any Burn optimizer: skip non-finite steps (params
 //!   and optimizer state untouched), update the scale, report a [`StepOutcome`];
 //! - global-norm clipping ([`GlobalNormClip`]), one decision for several replicas
@@ -92,6 +93,7 @@ mod limits;
 mod loss_scale;
 mod noop;
 mod outcome;
+mod pack;
 mod preset;
 mod record;
 mod replicas;

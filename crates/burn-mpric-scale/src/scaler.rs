@@ -510,7 +510,7 @@ impl LossScaler {
     /// shards (one per device), with one finiteness flag and one global norm over all of them:
     /// the norm is the norm of the summed gradient, which is what the optimizer applies.
     ///
-    /// The flag, the loss and the per-gradient sums of squares are read in one transaction;
+    /// The finiteness, the loss and the sums of squares are read in one transaction;
     /// the norm is combined from them on the host in f64. Only when a sum of squares overflowed
     /// f32 are those gradients read again (see [`global_norm_from_squares`]). A step whose
     /// norm is not finite or not representable in f32 counts as non-finite (skipped).
@@ -539,35 +539,33 @@ impl LossScaler {
                 }
             })
             .collect::<Result<Vec<_>, StepError>>()?;
-        let flag = if fused_norm {
-            None
-        } else {
-            let flags: Vec<_> = unscaled.iter().filter_map(|u| u.finite_flag()).collect();
-            match flags.first().map(|flag| flag.device()) {
-                Some(device) => combine_finite_flags(flags, &device),
-                None => None,
+        // One shard: its sums are read with the loss and judged on the host. Several: their
+        // flags are ANDed on the device, and the one flag is read.
+        let (flag, sums) = match unscaled.as_slice() {
+            _ if fused_norm => (None, Vec::new()),
+            [one] => (None, one.sums().to_vec()),
+            many => {
+                let flags: Vec<_> = many.iter().filter_map(|u| u.finite_flag()).collect();
+                let flag = match flags.first().map(|flag| flag.device()) {
+                    Some(device) => combine_finite_flags(flags, &device),
+                    None => None,
+                };
+                (flag, Vec::new())
             }
         };
         let squares = match (self.clip, fused_norm) {
             (None, _) => None,
-            (Some(_), true) => unscaled[0].squares().cloned(),
+            (Some(_), true) => unscaled[0].squares(),
             (Some(_), false) => {
                 let shards: Vec<&GradientsParams> = unscaled.iter().map(|u| u.grads()).collect();
                 grad_squares_of_sum::<B, M>(module, &shards)
             }
         };
-        let (squares, ids) = match squares {
-            Some(GradSquares { values, ids }) => (Some(values), ids),
+        let (squares, groups) = match squares {
+            Some(GradSquares { values, groups }) => (Some(values), groups),
             None => (None, Vec::new()),
         };
-        // One transaction reads everything: keep the values on one device.
-        let squares = match (&flag, squares) {
-            (Some(flag), Some(squares)) if flag.device() != squares.device() => {
-                Some(squares.to_device(&flag.device()))
-            }
-            (_, squares) => squares,
-        };
-        let values = read_step_values(flag, loss, squares)?;
+        let values = read_step_values(flag, loss, &sums, squares.as_deref())?;
         let mut grads: Vec<_> = unscaled
             .into_iter()
             .map(UnscaledGrads::into_grads)
@@ -577,7 +575,7 @@ impl LossScaler {
         if let (Some(clip), Some(squares)) = (self.clip, values.squares) {
             let norm = if finite {
                 let shards: Vec<&GradientsParams> = grads.iter().collect();
-                global_norm_from_squares::<B, M>(module, &shards, &squares, &ids)?
+                global_norm_from_squares::<B, M>(module, &shards, &squares, &groups)?
             } else if squares.iter().any(|square| square.is_nan()) {
                 // Some element is not finite: nothing to recompute.
                 f64::NAN
@@ -741,27 +739,38 @@ struct Shards {
     grad_norm: Option<f32>,
 }
 
-/// Reads the flag, the loss and the per-gradient sums of squares in one transaction (one
-/// device sync).
+/// Reads the flag, the loss, the finiteness sums and the sums of squares in one transaction
+/// (one device sync), on one device. The step is finite when the flag is true and every sum is
+/// finite.
 fn read_step_values<B: Backend>(
     flag: Option<Tensor<B, 1, Bool>>,
     loss: Option<Tensor<B, 1>>,
-    squares: Option<Tensor<B, 1>>,
+    sums: &[Tensor<B, 1>],
+    squares: Option<&[Tensor<B, 1>]>,
 ) -> Result<StepValues, StepError> {
-    let (has_flag, has_loss, has_squares) = (flag.is_some(), loss.is_some(), squares.is_some());
-    if !(has_flag || has_loss || has_squares) {
-        return Ok(StepValues {
-            finite: true,
-            loss: None,
-            squares: None,
-        });
-    }
+    let floats: Vec<&Tensor<B, 1>> = loss
+        .iter()
+        .chain(sums)
+        .chain(squares.into_iter().flatten())
+        .collect();
+    let device = match (&flag, floats.first()) {
+        (Some(flag), _) => flag.device(),
+        (None, Some(first)) => first.device(),
+        (None, None) => {
+            return Ok(StepValues {
+                finite: true,
+                loss: None,
+                squares: None,
+            });
+        }
+    };
+    let has_flag = flag.is_some();
     let mut transaction = Transaction::<B>::default();
     if let Some(flag) = flag {
-        transaction = transaction.register(flag);
+        transaction = transaction.register(flag.to_device(&device));
     }
-    for value in [loss, squares].into_iter().flatten() {
-        transaction = transaction.register(value);
+    for value in floats {
+        transaction = transaction.register(value.clone().to_device(&device));
     }
     let mut data = transaction.try_execute()?.into_iter();
     let mut next = || {
@@ -769,16 +778,23 @@ fn read_step_values<B: Backend>(
             StepError::UnexpectedRead("the transaction returned too few values".into())
         })
     };
-    let finite = if has_flag { read_bool(next()?)? } else { true };
-    let loss = if has_loss {
-        Some(read_f32(next()?)?)
-    } else {
-        None
+    let mut finite = if has_flag { read_bool(next()?)? } else { true };
+    let loss = match loss {
+        Some(_) => Some(read_f32(next()?)?),
+        None => None,
     };
-    let squares = if has_squares {
-        Some(next()?.iter::<f32>().collect())
-    } else {
-        None
+    for _ in sums {
+        finite &= read_f32(next()?)?.is_finite();
+    }
+    let squares = match squares {
+        Some(squares) => {
+            let mut values = Vec::with_capacity(squares.len());
+            for _ in squares {
+                values.extend(next()?.iter::<f32>());
+            }
+            Some(values)
+        }
+        None => None,
     };
     Ok(StepValues {
         finite,

@@ -5,17 +5,19 @@ use std::collections::HashSet;
 use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Bool, FloatDType, Tensor};
+use burn::tensor::{Bool, Tensor, Transaction};
 
 use crate::clip::GradSquares;
-use crate::dtype::{compute_dtype, float_dtype, inverse_of};
+use crate::dtype::{float_dtype, inverse_of};
 use crate::error::StepError;
+use crate::pack::{Packer, Reduce, Reduced};
 
-/// Gradients after [`unscale_grads`], with the finiteness flag still on the device.
+/// Gradients after [`unscale_grads`], with what decides their finiteness still on the device.
 ///
 /// `B` is the inner (non-autodiff) backend the gradients live on. Nothing has been read from the
-/// device yet: [`read_finite`](Self::read_finite) is the one host read, and a
-/// [`LossScaler`](crate::LossScaler) folds it into a single transaction with the loss.
+/// device yet: [`read_finite`](Self::read_finite) is the one host read (one sum per packed
+/// buffer, judged on the host), and a [`LossScaler`](crate::LossScaler) folds it into a single
+/// transaction with the loss.
 ///
 /// # Example
 ///
@@ -41,8 +43,11 @@ use crate::error::StepError;
 #[derive(Debug)]
 pub struct UnscaledGrads<B: Backend> {
     grads: GradientsParams,
-    finite: Option<Tensor<B, 1, Bool>>,
-    squares: Option<GradSquares<B>>,
+    /// One f32 reduction per packed buffer (see `pack.rs`): finite exactly when its gradients
+    /// are.
+    reduced: Reduced<B>,
+    /// Whether `reduced` holds sums of squares (the norm's shares) rather than sums.
+    squares: bool,
     count: usize,
     scale: f32,
 }
@@ -138,8 +143,9 @@ impl<B: Backend> UnscaledGrads<B> {
         self.count == 0
     }
 
-    /// The on-device flag: a one-element bool tensor, `true` when every gradient element is
-    /// finite. `None` when there were no gradients (an empty set counts as finite, as in jmp).
+    /// An on-device flag, made on request from the buffers' sums: a one-element bool tensor,
+    /// `true` when every gradient element is finite. `None` when there were no gradients (an
+    /// empty set counts as finite, as in jmp).
     ///
     /// Flags of several replicas combine with [`combine_finite_flags`](crate::combine_finite_flags).
     ///
@@ -155,10 +161,17 @@ impl<B: Backend> UnscaledGrads<B> {
     /// assert!(unscale_grads(&model, GradientsParams::new(), 1.0).unwrap().finite_flag().is_none());
     /// ```
     pub fn finite_flag(&self) -> Option<Tensor<B, 1, Bool>> {
-        self.finite.clone()
+        let device = self.reduced.values.first()?.device();
+        let values = self
+            .reduced
+            .values
+            .iter()
+            .map(|v| v.clone().to_device(&device));
+        Some(Tensor::cat(values.collect(), 0).is_finite().all())
     }
 
-    /// Reads the finiteness flag: one host read (a device sync).
+    /// Whether every gradient element is finite: the buffers' sums, read in one transaction
+    /// (one device sync) and judged on the host.
     ///
     /// # Example
     ///
@@ -176,17 +189,44 @@ impl<B: Backend> UnscaledGrads<B> {
     /// assert!(!unscale_grads(&model, grads, 4.0).unwrap().read_finite().unwrap());
     /// ```
     pub fn read_finite(&self) -> Result<bool, StepError> {
-        match &self.finite {
-            None => Ok(true),
-            Some(flag) => read_bool(flag.clone().try_into_data()?),
-        }
+        Ok(read_values(self.sums())?
+            .iter()
+            .all(|value| value.is_finite()))
     }
 
-    /// The per-gradient sums of squares of the unscaled gradients, computed in the same pass by
-    /// [`unscale_grads_with_norm`] (`None` from [`unscale_grads`] or without gradients).
-    pub(crate) fn squares(&self) -> Option<&GradSquares<B>> {
-        self.squares.as_ref()
+    /// The on-device reductions the finiteness is read from: one-element f32 tensors, one per
+    /// packed buffer, all finite exactly when every gradient is. The step's one transaction
+    /// reads them with the loss, and the host decides.
+    pub(crate) fn sums(&self) -> &[Tensor<B, 1>] {
+        &self.reduced.values
     }
+
+    /// The sums of squares of the unscaled gradients, one per packed buffer, computed in the
+    /// same pass by [`unscale_grads_with_norm`] (`None` from [`unscale_grads`] or without
+    /// gradients).
+    pub(crate) fn squares(&self) -> Option<GradSquares<B>> {
+        (self.squares && !self.reduced.values.is_empty()).then(|| GradSquares {
+            values: self.reduced.values.clone(),
+            groups: self.reduced.groups.clone(),
+        })
+    }
+}
+
+/// Reads one-element f32 tensors in one transaction (one device sync), on the first one's
+/// device.
+pub(crate) fn read_values<B: Backend>(values: &[Tensor<B, 1>]) -> Result<Vec<f32>, StepError> {
+    let Some(device) = values.first().map(Tensor::device) else {
+        return Ok(Vec::new());
+    };
+    let mut transaction = Transaction::<B>::default();
+    for value in values {
+        transaction = transaction.register(value.clone().to_device(&device));
+    }
+    Ok(transaction
+        .try_execute()?
+        .into_iter()
+        .flat_map(|data| data.iter::<f32>().collect::<Vec<_>>())
+        .collect())
 }
 
 /// Reads a one-element bool tensor's data.
@@ -232,7 +272,7 @@ pub fn cast_grads_to_param_dtype<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: &M,
     mut grads: GradientsParams,
 ) -> GradientsParams {
-    let mut visitor = GradVisitor::<B>::new(&mut grads, None, Check::CastOnly);
+    let mut visitor = GradVisitor::<B>::new(&mut grads, Check::CastOnly);
     module.visit(&mut visitor);
     grads
 }
@@ -242,16 +282,19 @@ pub fn cast_grads_to_param_dtype<B: AutodiffBackend, M: AutodiffModule<B>>(
 /// For every parameter of `module` that has a gradient in `grads` (any rank, any float dtype,
 /// f16 and bf16 included): the gradient is widened to f32 (f64 stays f64), multiplied by `1/S`
 /// (computed in f64 and rounded to f32, as PyTorch does; skipped when `S == 1`), cast to the
-/// parameter's dtype, and summed at that width: one reduction per gradient. A sum is finite
-/// exactly when every element is (an infinity or NaN anywhere makes it inf or NaN; f16 and
-/// bf16 gradients summed in f32 cannot overflow it), so one `is_finite().all()` over the
-/// stacked sums is the flag for all gradients. Only a finite f32 gradient whose sum exceeds
-/// f32's range (elements near 3e38) would count as non-finite (f64 gradients are checked at
-/// f64). Non-finite gradients are unscaled too. Nothing is read from the device.
+/// parameter's dtype, and summed at f32. The gradients of one device and dtype are packed into
+/// one flat buffer first (up to 32 MiB each; a larger gradient is its own buffer), so a
+/// typical model costs one copy per gradient, then one multiply and one reduction in all; each
+/// gradient comes back as a slice of its buffer. A sum is finite exactly when every element
+/// is (an infinity or NaN anywhere makes it inf or NaN; f16 and bf16 gradients summed in f32
+/// cannot overflow it). Only finite f32 gradients whose sum exceeds f32's range (elements near
+/// 3e38) would count as non-finite (f64 gradients are checked at f64). Non-finite gradients
+/// are unscaled too. Nothing is read from the device: [`UnscaledGrads::read_finite`] reads the
+/// sums in one transaction.
 ///
 /// Unlike PyTorch, f16 gradients of f16 parameters are accepted: the multiplication runs in f32
 /// and is rounded once. `scale` should be a valid scale (see [`LossScaling`](crate::LossScaling));
-/// a degenerate one (0, infinity, NaN) makes the gradients non-finite, which the flag reports.
+/// a degenerate one (0, infinity, NaN) makes the gradients non-finite, which the check reports.
 ///
 /// # Errors
 ///
@@ -311,46 +354,41 @@ fn unscale_and_check<B: AutodiffBackend, M: AutodiffModule<B>>(
     check: Check,
 ) -> Result<UnscaledGrads<B::InnerBackend>, StepError> {
     let inverse = (scale != 1.0).then(|| inverse_of(scale));
-    let mut visitor = GradVisitor::<B>::new(&mut grads, inverse, check);
+    let mut visitor = GradVisitor::<B>::new(&mut grads, check);
     module.visit(&mut visitor);
     if let Some(err) = visitor.error {
         return Err(err);
     }
-    let (sums, ids, count) = (visitor.sums, visitor.ids, visitor.count);
-    let sums = (!sums.is_empty()).then(|| Tensor::cat(sums, 0));
-    let finite = sums.clone().map(|s| s.is_finite().all());
-    let squares = match check {
-        Check::SumOfSquares => sums.map(|values| GradSquares { values, ids }),
-        _ => None,
+    let (packer, count) = (visitor.packer, visitor.count);
+    let reduce = match check {
+        Check::SumOfSquares => Reduce::SumOfSquares,
+        _ => Reduce::Sum,
     };
+    let reduced = packer.finish(&mut grads, inverse, reduce);
     Ok(UnscaledGrads {
         grads,
-        finite,
-        squares,
+        reduced,
+        squares: check == Check::SumOfSquares,
         count,
         scale,
     })
 }
 
-/// What the visitor reduces each gradient to.
+/// What the visitor does with each gradient.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Check {
-    /// Nothing: cast only.
+    /// Cast it to its parameter's dtype, nothing more.
     CastOnly,
-    /// The sum (finiteness).
+    /// Pack it to be unscaled and summed (finiteness).
     Sum,
-    /// The sum of squares (finiteness and the norm).
+    /// Pack it to be unscaled and summed in squares (finiteness and the norm).
     SumOfSquares,
 }
 
 struct GradVisitor<'a, B: AutodiffBackend> {
     grads: &'a mut GradientsParams,
-    inverse: Option<f32>,
     check: Check,
-    /// One f32 value per gradient: its sum, or its sum of squares.
-    sums: Vec<Tensor<B::InnerBackend, 1>>,
-    /// The parameter of each entry of `sums`.
-    ids: Vec<ParamId>,
+    packer: Packer<B::InnerBackend>,
     seen: HashSet<ParamId>,
     count: usize,
     /// The first gradient whose shape differs from its parameter's (checks only).
@@ -358,13 +396,11 @@ struct GradVisitor<'a, B: AutodiffBackend> {
 }
 
 impl<'a, B: AutodiffBackend> GradVisitor<'a, B> {
-    fn new(grads: &'a mut GradientsParams, inverse: Option<f32>, check: Check) -> Self {
+    fn new(grads: &'a mut GradientsParams, check: Check) -> Self {
         Self {
             grads,
-            inverse,
             check,
-            sums: Vec::new(),
-            ids: Vec::new(),
+            packer: Packer::new(),
             seen: HashSet::new(),
             count: 0,
             error: None,
@@ -396,41 +432,15 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for GradVisitor<'_, B> {
             return;
         }
         let target = float_dtype(param.dtype());
-        let own = float_dtype(grad.dtype());
-        let wide_dtype = compute_dtype(own, target);
-        let store = |t: Tensor<B::InnerBackend, D>| match target.or(own) {
-            Some(out) => t.cast(out),
-            None => t,
-        };
-        // Unscaling runs at f32 (f64 stays f64) and is rounded once, to the parameter's dtype.
-        // Without a factor the gradient is only cast to the parameter's dtype.
-        let (grad, wide) = match self.inverse {
-            Some(inverse) => {
-                let wide = grad.cast(wide_dtype).mul_scalar(inverse);
-                (store(wide.clone()), Some(wide))
-            }
-            None => (store(grad), None),
-        };
-        if self.check != Check::CastOnly {
-            // Reduced at f32 or wider (a half gradient summed in half could overflow), and
-            // stacked at f32 (an f64 gradient's sum, too) so one kernel checks them all.
-            let wide = wide.unwrap_or_else(|| grad.clone().cast(wide_dtype));
-            let reduced = match self.check {
-                Check::SumOfSquares => wide.square().sum(),
-                _ => wide.sum(),
-            };
-            // An f64 sum beyond f32's range would turn into an infinity at f32; the check only
-            // needs its finiteness: `s - s` is 0, or NaN when `s` is infinite or NaN. (A sum of
-            // squares keeps its value: the norm needs it, and an overflow is recomputed.)
-            let reduced = if self.check == Check::Sum && wide_dtype == FloatDType::F64 {
-                reduced.clone().sub(reduced)
-            } else {
-                reduced
-            };
-            self.sums.push(reduced.cast(FloatDType::F32));
-            self.ids.push(param.id);
-        }
         self.count += 1;
-        self.grads.register::<B::InnerBackend, D>(param.id, grad);
+        if self.check == Check::CastOnly {
+            let grad = match target {
+                Some(target) => grad.cast(target),
+                None => grad,
+            };
+            self.grads.register::<B::InnerBackend, D>(param.id, grad);
+        } else {
+            self.packer.push(param.id, grad, target);
+        }
     }
 }

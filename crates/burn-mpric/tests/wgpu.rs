@@ -81,3 +81,113 @@ fn mlp_trained_200_steps_at_f16_on_wgpu_ends_within_two_percent_of_f32() {
     );
     assert!(params_dtypes(&model).iter().all(|d| *d == DType::F32));
 }
+
+/// Parameters of the sizes a real model mixes: aligned ones that share a packed buffer, odd
+/// lengths (a slice of a buffer that is not a view on the device), and one too large to pack.
+#[derive(burn::module::Module, Debug)]
+struct Sizes<B: burn::tensor::backend::Backend> {
+    weight: burn::module::Param<Tensor<B, 2>>,
+    bias: burn::module::Param<Tensor<B, 1>>,
+    odd: burn::module::Param<Tensor<B, 1>>,
+    other_odd: burn::module::Param<Tensor<B, 2>>,
+    large: burn::module::Param<Tensor<B, 2>>,
+}
+
+#[test]
+fn packed_gradients_on_wgpu_come_back_unscaled_and_a_single_infinity_anywhere_is_caught() {
+    use burn::backend::Autodiff;
+    use burn::module::Param;
+    use burn::optim::GradientsParams;
+    use burn_mpric_scale::unscale_grads;
+
+    type Ad = Autodiff<Mp>;
+    let device = Mp::device(Default::default(), "mixed_f16".parse::<Policy>().unwrap()).unwrap();
+    let param = |dims: &[usize]| -> Vec<usize> { dims.to_vec() };
+    let shapes = [
+        param(&[16, 64]),
+        param(&[64]),
+        param(&[5]),
+        param(&[3, 7]),
+        param(&[256, 80]),
+    ];
+    let model = Sizes::<Ad> {
+        weight: Param::from_tensor(Tensor::zeros([16, 64], &device)),
+        bias: Param::from_tensor(Tensor::zeros([64], &device)),
+        odd: Param::from_tensor(Tensor::zeros([5], &device)),
+        other_odd: Param::from_tensor(Tensor::zeros([3, 7], &device)),
+        large: Param::from_tensor(Tensor::zeros([256, 80], &device)),
+    };
+    let ids = [
+        model.weight.id,
+        model.bias.id,
+        model.odd.id,
+        model.other_odd.id,
+        model.large.id,
+    ];
+    let scale = 512.0f32;
+    // Gradient i holds (i * 0.25 + j / 64) * scale at position j: exact in f16 and f32.
+    let values = |i: usize, len: usize| -> Vec<f32> {
+        (0..len)
+            .map(|j| i as f32 * 0.25 + j as f32 / 64.0)
+            .collect()
+    };
+    let grads_with = |poison: Option<(usize, usize)>| {
+        let mut grads = GradientsParams::new();
+        for (i, shape) in shapes.iter().enumerate() {
+            let len = shape.iter().product();
+            let mut scaled: Vec<f32> = values(i, len).iter().map(|v| v * scale).collect();
+            if let Some((at, j)) = poison
+                && at == i
+            {
+                scaled[j] = f32::INFINITY;
+            }
+            let data = TensorData::new(scaled, shape.clone());
+            // The weight's gradient arrives at f16, as the decorator's backward produces it.
+            let dtype = if i == 0 {
+                FloatDType::F16
+            } else {
+                FloatDType::F32
+            };
+            match shape.len() {
+                1 => grads.register(
+                    ids[i],
+                    Tensor::<Mp, 1>::from_data(data, &device).cast(dtype),
+                ),
+                _ => grads.register(
+                    ids[i],
+                    Tensor::<Mp, 2>::from_data(data, &device).cast(dtype),
+                ),
+            }
+        }
+        grads
+    };
+
+    let unscaled = unscale_grads(&model, grads_with(None), scale).unwrap();
+    assert!(unscaled.read_finite().unwrap());
+    let grads = unscaled.into_grads();
+    for (i, shape) in shapes.iter().enumerate() {
+        let len = shape.iter().product();
+        let got = match shape.len() {
+            1 => grads.get::<Mp, 1>(ids[i]).unwrap().into_data(),
+            _ => grads.get::<Mp, 2>(ids[i]).unwrap().into_data(),
+        };
+        assert_eq!(
+            got.dtype,
+            DType::F32,
+            "gradient {i} at its parameter's dtype"
+        );
+        assert_eq!(got.shape.to_vec(), *shape, "gradient {i}'s shape");
+        assert_eq!(got.to_vec::<f32>().unwrap(), values(i, len), "gradient {i}");
+    }
+    // One infinity in any gradient, at its first, a middle or its last element.
+    for (i, shape) in shapes.iter().enumerate() {
+        let len: usize = shape.iter().product();
+        for j in [0, len / 2, len - 1] {
+            let unscaled = unscale_grads(&model, grads_with(Some((i, j))), scale).unwrap();
+            assert!(
+                !unscaled.read_finite().unwrap(),
+                "infinity at {j} of gradient {i}"
+            );
+        }
+    }
+}
