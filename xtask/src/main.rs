@@ -117,7 +117,8 @@ fn check() -> Result<(), String> {
 }
 
 /// `cargo run --release -p burn-mpric-bench -- ARGS`, with the report in the workspace's
-/// `target/bench` unless `--out` is given, and the `cuda` feature when `--backend cuda` is.
+/// `target/bench` unless `--out` is given, the `cuda` feature when `--backend cuda` is, and
+/// the `fusion` feature (Burn's default kernel fusion and autotuning) for `--fusion`.
 fn bench(args: &[String]) -> Result<(), String> {
     let mut cmd: Vec<String> = ["run", "--release", "-p", "burn-mpric-bench"]
         .map(String::from)
@@ -126,11 +127,16 @@ fn bench(args: &[String]) -> Result<(), String> {
         .windows(2)
         .any(|w| w[0] == "--backend" && w[1] == "cuda")
         || args.iter().any(|a| a == "--backend=cuda");
-    if cuda {
-        cmd.extend(["--features", "cuda"].map(String::from));
+    let fusion = args.iter().any(|a| a == "--fusion");
+    let features: Vec<&str> = [(cuda, "cuda"), (fusion, "fusion")]
+        .into_iter()
+        .filter_map(|(on, feature)| on.then_some(feature))
+        .collect();
+    if !features.is_empty() {
+        cmd.extend(["--features".to_string(), features.join(",")]);
     }
     cmd.push("--".into());
-    cmd.extend(args.iter().cloned());
+    cmd.extend(args.iter().filter(|a| *a != "--fusion").cloned());
     if !args.iter().any(|a| a == "--out" || a.starts_with("--out=")) {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"))
             .parent()
@@ -148,7 +154,8 @@ commands:
   check    layout rules, cargo fmt --check, clippy -D warnings, and the whole test suite
   bench    the benchmark suite in release mode; report in target/bench/
            options: --full, --backend flex|wgpu|cuda, --workload NAME (both repeatable),
-           --out DIR; `cargo xtask bench --help` lists them all";
+           --out DIR, --fusion (Wgpu and CUDA with Burn's default kernel fusion and
+           autotuning); `cargo xtask bench --help` lists them all";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
