@@ -11,8 +11,9 @@ use burn::tensor::{Tensor, TensorPrimitive};
 
 use crate::error::StepError;
 use crate::outcome::StepOutcome;
+use crate::read::read_bool;
 use crate::scaler::{LossScaler, mean_at_f32};
-use crate::unscale::{cast_grads_to_param_dtype, read_bool};
+use crate::unscale::cast_grads_to_param_dtype;
 
 fn collective_error(err: burn::collective::CollectiveError) -> StepError {
     StepError::Collective(format!("{err:?}"))

@@ -95,6 +95,7 @@ mod noop;
 mod outcome;
 mod pack;
 mod preset;
+mod read;
 mod record;
 mod replicas;
 mod scaler;

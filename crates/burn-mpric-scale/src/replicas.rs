@@ -4,7 +4,8 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Tensor};
 
 use crate::error::StepError;
-use crate::unscale::{UnscaledGrads, read_bool};
+use crate::read::read_bool;
+use crate::unscale::UnscaledGrads;
 
 /// ANDs several on-device finiteness flags into one flag on `device`. `None` when there are no
 /// flags (no gradients anywhere counts as finite).

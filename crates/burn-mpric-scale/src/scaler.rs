@@ -3,7 +3,7 @@
 use burn::module::AutodiffModule;
 use burn::optim::{GradientsParams, LearningRate, MultiGradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Bool, FloatDType, Tensor, TensorData, Transaction};
+use burn::tensor::{FloatDType, Tensor};
 
 use crate::clip::{GlobalNormClip, GradSquares, global_norm_from_squares, grad_squares_of_sum};
 use crate::config::LossScaleConfig;
@@ -12,9 +12,10 @@ use crate::invalid::LossScaleError;
 use crate::keep_dtype::{apply_gradients, keeping_dtypes};
 use crate::loss_scale::LossScale;
 use crate::outcome::{ScalerStats, StepAction, StepOutcome};
+use crate::read::read_step_values;
 use crate::replicas::combine_finite_flags;
 use crate::scaling::LossScaling;
-use crate::unscale::{UnscaledGrads, read_bool, unscale_grads_with_norm};
+use crate::unscale::{UnscaledGrads, unscale_grads_with_norm};
 
 /// Loss scaling as a gradients transform around any Burn [`Optimizer`].
 ///
@@ -73,12 +74,6 @@ impl Default for LossScaler {
     fn default() -> Self {
         Self::new(LossScale::default())
     }
-}
-
-struct StepValues {
-    finite: bool,
-    loss: Option<f32>,
-    squares: Option<Vec<f32>>,
 }
 
 impl LossScaler {
@@ -737,79 +732,4 @@ struct Shards {
     finite: bool,
     loss: Option<f32>,
     grad_norm: Option<f32>,
-}
-
-/// Reads the flag, the loss, the finiteness sums and the sums of squares in one transaction
-/// (one device sync), on one device. The step is finite when the flag is true and every sum is
-/// finite.
-fn read_step_values<B: Backend>(
-    flag: Option<Tensor<B, 1, Bool>>,
-    loss: Option<Tensor<B, 1>>,
-    sums: &[Tensor<B, 1>],
-    squares: Option<&[Tensor<B, 1>]>,
-) -> Result<StepValues, StepError> {
-    let floats: Vec<&Tensor<B, 1>> = loss
-        .iter()
-        .chain(sums)
-        .chain(squares.into_iter().flatten())
-        .collect();
-    let device = match (&flag, floats.first()) {
-        (Some(flag), _) => flag.device(),
-        (None, Some(first)) => first.device(),
-        (None, None) => {
-            return Ok(StepValues {
-                finite: true,
-                loss: None,
-                squares: None,
-            });
-        }
-    };
-    let has_flag = flag.is_some();
-    let mut transaction = Transaction::<B>::default();
-    if let Some(flag) = flag {
-        transaction = transaction.register(flag.to_device(&device));
-    }
-    for value in floats {
-        transaction = transaction.register(value.clone().to_device(&device));
-    }
-    let mut data = transaction.try_execute()?.into_iter();
-    let mut next = || {
-        data.next().ok_or_else(|| {
-            StepError::UnexpectedRead("the transaction returned too few values".into())
-        })
-    };
-    let mut finite = if has_flag { read_bool(next()?)? } else { true };
-    let loss = match loss {
-        Some(_) => Some(read_f32(next()?)?),
-        None => None,
-    };
-    for _ in sums {
-        finite &= read_f32(next()?)?.is_finite();
-    }
-    let squares = match squares {
-        Some(squares) => {
-            let mut values = Vec::with_capacity(squares.len());
-            for _ in squares {
-                values.extend(next()?.iter::<f32>());
-            }
-            Some(values)
-        }
-        None => None,
-    };
-    Ok(StepValues {
-        finite,
-        loss,
-        squares,
-    })
-}
-
-fn read_f32(data: TensorData) -> Result<f32, StepError> {
-    let values: Vec<f32> = data.iter::<f32>().collect();
-    match values.as_slice() {
-        [value] => Ok(*value),
-        other => Err(StepError::UnexpectedRead(format!(
-            "expected one value, got {}",
-            other.len()
-        ))),
-    }
 }

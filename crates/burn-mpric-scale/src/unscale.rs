@@ -5,12 +5,13 @@ use std::collections::HashSet;
 use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Bool, Tensor, Transaction};
+use burn::tensor::{Bool, Tensor};
 
 use crate::clip::GradSquares;
 use crate::dtype::{float_dtype, inverse_of};
 use crate::error::StepError;
 use crate::pack::{Packer, Reduce, Reduced};
+use crate::read::read_step_values;
 
 /// Gradients after [`unscale_grads`], with what decides their finiteness still on the device.
 ///
@@ -189,9 +190,7 @@ impl<B: Backend> UnscaledGrads<B> {
     /// assert!(!unscale_grads(&model, grads, 4.0).unwrap().read_finite().unwrap());
     /// ```
     pub fn read_finite(&self) -> Result<bool, StepError> {
-        Ok(read_values(self.sums())?
-            .iter()
-            .all(|value| value.is_finite()))
+        Ok(read_step_values(None, None, self.sums(), None)?.finite)
     }
 
     /// The on-device reductions the finiteness is read from: one-element f32 tensors, one per
@@ -209,35 +208,6 @@ impl<B: Backend> UnscaledGrads<B> {
             values: self.reduced.values.clone(),
             groups: self.reduced.groups.clone(),
         })
-    }
-}
-
-/// Reads one-element f32 tensors in one transaction (one device sync), on the first one's
-/// device.
-pub(crate) fn read_values<B: Backend>(values: &[Tensor<B, 1>]) -> Result<Vec<f32>, StepError> {
-    let Some(device) = values.first().map(Tensor::device) else {
-        return Ok(Vec::new());
-    };
-    let mut transaction = Transaction::<B>::default();
-    for value in values {
-        transaction = transaction.register(value.clone().to_device(&device));
-    }
-    Ok(transaction
-        .try_execute()?
-        .into_iter()
-        .flat_map(|data| data.iter::<f32>().collect::<Vec<_>>())
-        .collect())
-}
-
-/// Reads a one-element bool tensor's data.
-pub(crate) fn read_bool(data: burn::tensor::TensorData) -> Result<bool, StepError> {
-    let values: Vec<bool> = data.iter::<bool>().collect();
-    match values.as_slice() {
-        [value] => Ok(*value),
-        other => Err(StepError::UnexpectedRead(format!(
-            "expected one finiteness flag, got {} values",
-            other.len()
-        ))),
     }
 }
 

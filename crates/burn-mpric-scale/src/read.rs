@@ -1,0 +1,104 @@
+//! The step's one host read: the flags, sums and values the host decides a step on, read in
+//! one transaction.
+
+use burn::tensor::backend::Backend;
+use burn::tensor::{Bool, Tensor, TensorData, Transaction};
+
+use crate::error::StepError;
+
+/// What one step's host read returned.
+pub(crate) struct StepValues {
+    /// The flag was true (or absent) and every sum finite.
+    pub(crate) finite: bool,
+    /// The loss, when one was read.
+    pub(crate) loss: Option<f32>,
+    /// The sums of squares, when they were read, one entry per group in order.
+    pub(crate) squares: Option<Vec<f32>>,
+}
+
+/// Reads the flag, the loss, the finiteness sums and the sums of squares in one transaction
+/// (one device sync), on one device. The step is finite when the flag is true and every sum is
+/// finite.
+pub(crate) fn read_step_values<B: Backend>(
+    flag: Option<Tensor<B, 1, Bool>>,
+    loss: Option<Tensor<B, 1>>,
+    sums: &[Tensor<B, 1>],
+    squares: Option<&[Tensor<B, 1>]>,
+) -> Result<StepValues, StepError> {
+    let floats: Vec<&Tensor<B, 1>> = loss
+        .iter()
+        .chain(sums)
+        .chain(squares.into_iter().flatten())
+        .collect();
+    let device = match (&flag, floats.first()) {
+        (Some(flag), _) => flag.device(),
+        (None, Some(first)) => first.device(),
+        (None, None) => {
+            return Ok(StepValues {
+                finite: true,
+                loss: None,
+                squares: None,
+            });
+        }
+    };
+    let has_flag = flag.is_some();
+    let mut transaction = Transaction::<B>::default();
+    if let Some(flag) = flag {
+        transaction = transaction.register(flag.to_device(&device));
+    }
+    for value in floats {
+        transaction = transaction.register(value.clone().to_device(&device));
+    }
+    let mut data = transaction.try_execute()?.into_iter();
+    let mut next = || {
+        data.next().ok_or_else(|| {
+            StepError::UnexpectedRead("the transaction returned too few values".into())
+        })
+    };
+    let mut finite = if has_flag { read_bool(next()?)? } else { true };
+    let loss = match loss {
+        Some(_) => Some(read_f32(next()?)?),
+        None => None,
+    };
+    for _ in sums {
+        finite &= read_f32(next()?)?.is_finite();
+    }
+    let squares = match squares {
+        Some(squares) => {
+            let mut values = Vec::with_capacity(squares.len());
+            for _ in squares {
+                values.extend(next()?.iter::<f32>());
+            }
+            Some(values)
+        }
+        None => None,
+    };
+    Ok(StepValues {
+        finite,
+        loss,
+        squares,
+    })
+}
+
+fn read_f32(data: TensorData) -> Result<f32, StepError> {
+    let values: Vec<f32> = data.iter::<f32>().collect();
+    match values.as_slice() {
+        [value] => Ok(*value),
+        other => Err(StepError::UnexpectedRead(format!(
+            "expected one value, got {}",
+            other.len()
+        ))),
+    }
+}
+
+/// Reads a one-element bool tensor's data.
+pub(crate) fn read_bool(data: TensorData) -> Result<bool, StepError> {
+    let values: Vec<bool> = data.iter::<bool>().collect();
+    match values.as_slice() {
+        [value] => Ok(*value),
+        other => Err(StepError::UnexpectedRead(format!(
+            "expected one finiteness flag, got {} values",
+            other.len()
+        ))),
+    }
+}
