@@ -83,8 +83,14 @@ pub(crate) enum Fact<B: Backend> {
     UnitInterval {
         sum: Option<(usize, B::FloatTensorPrimitive)>,
     },
-    /// `sum_dim(of, _)` of a value in [0, 1].
-    SumOf { of: ValueId<B> },
+    /// `sum_dim(of, _)` of a value in [0, 1]: each element sums `terms` elements of `of`, so
+    /// it is at most `terms`; `at_least_one` when the sum runs along the dim that holds the
+    /// max's `exp(0) = 1`.
+    SumOf {
+        of: ValueId<B>,
+        terms: usize,
+        at_least_one: bool,
+    },
 }
 
 /// A value's identity that does not keep its tensors alive (and whose address cannot be

@@ -232,3 +232,67 @@ fn attention_saves_its_probabilities_at_the_compute_dtype() {
     assert_eq!(f32_made, vec!["float_exp", "float_sum_dim", "float_cast"]);
     assert_eq!(out.context.dtype(), DType::F16);
 }
+
+#[test]
+fn the_softmax_backward_multiplies_its_gradient_by_the_stored_reciprocal() {
+    for (policy, half) in [
+        ("mixed_f16", FloatDType::F16),
+        ("mixed_bf16", FloatDType::BF16),
+    ] {
+        let device = device(settings(policy));
+        let x = scores(&device, half).require_grad();
+        let p = softmax(x.clone(), 2);
+        let w = Tensor::<Ad, 3>::ones([2, 5, 7], &device).cast(half);
+        let (grads, log) = record(|| (p * w).cast(FloatDType::F32).sum().backward());
+        let half = DType::from(half);
+        // Autodiff's backward of `e / sum` multiplies the [2, 5, 7] gradient by 1 / sum:
+        // that reciprocal is stored at the compute dtype, so the product stays there.
+        let recip = calls(&log, "float_recip");
+        assert_eq!(recip.len(), 1, "{policy}");
+        assert_eq!(recip[0].float_shapes, vec![vec![2, 5, 1]]);
+        assert!(
+            log.iter().any(|r| r.op == "float_mul"
+                && r.float_inputs == vec![half, half]
+                && r.float_shapes == vec![vec![2, 5, 7], vec![2, 5, 1]]),
+            "{policy}: no compute-dtype product by the reciprocal"
+        );
+        assert!(x.grad(&grads).is_some());
+    }
+    // 1 / sum is stored only while it is a normal number of the compute dtype: at f16, for
+    // sums of at most 16384 terms (the max's exp(0) = 1 is among them, so 1/sum >= 1/terms).
+    let device = device(settings("mixed_f16"));
+    let sum_of = |terms: usize| {
+        let t = Tensor::<Ad, 2>::zeros([1, terms], &device).cast(FloatDType::F16);
+        (t.clone() - t.max_dim(1)).exp().sum_dim(1)
+    };
+    assert_eq!(sum_of(16384).recip().dtype(), DType::F16);
+    assert_eq!(sum_of(16385).recip().dtype(), DType::F32);
+    // Another sum (not along the max's dim) may be below 1: its reciprocal stays f32.
+    let t = Tensor::<Ad, 2>::zeros([3, 4], &device).cast(FloatDType::F16);
+    let shifted = (t.clone() - t.max_dim(1)).exp();
+    assert_eq!(shifted.sum_dim(0).recip().dtype(), DType::F32);
+}
+
+#[test]
+fn probabilities_over_more_terms_than_f16_holds_are_divided_at_f32() {
+    // 70000 equal scores: every probability is 1/70000, a small f16 subnormal. Their sum,
+    // 70000, is past f16's largest finite value (65504): divided at f16 it would be inf and
+    // every probability 0.
+    let device = device(settings("mixed_f16"));
+    let n = 70_000;
+    let x = Tensor::<Ad, 2>::zeros([1, n], &device).cast(FloatDType::F16);
+    let p = softmax(x, 1);
+    assert_eq!(p.dtype(), DType::F16);
+    let p = to_f32(p);
+    let want = burn_std::f16::from_f32(1.0 / n as f32).to_f32();
+    assert!(want > 0.0);
+    assert!(p.iter().all(|&v| v == want), "{:?}", &p[..4]);
+    // A row of 1000 terms still divides at f16 (no cast of the [1, 1000] exponentials).
+    let x = Tensor::<Ad, 2>::zeros([1, 1000], &device).cast(FloatDType::F16);
+    let (p, log) = record(|| softmax(x, 1));
+    assert_eq!(
+        calls(&log, "float_div")[0].float_inputs,
+        vec![DType::F16; 2]
+    );
+    assert_eq!(p.dtype(), DType::F16);
+}

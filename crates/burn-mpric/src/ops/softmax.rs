@@ -16,7 +16,14 @@
 //! - `sum_dim` of those exponentials along `d` is that f32 sum (`log_softmax`'s log-sum-exp
 //!   is therefore the same as with f32 storage);
 //! - the exponentials divided by their own sum (the probabilities) are divided at the compute
-//!   dtype and stay there.
+//!   dtype and stay there (at f32, then stored at the compute dtype, when the sum of that many
+//!   terms could exceed the compute dtype's range: more than 65504 at f16);
+//! - the reciprocal of that sum, which autodiff's backward of the division multiplies the
+//!   `[.., seq, seq]` gradient by, is at least 1/`terms` and at most 1 (the max's `exp(0)` is
+//!   among the terms): it is computed at f32 and stored at the compute dtype while it stays a
+//!   normal number there (at f16, up to 16384 terms), so that the gradient of the
+//!   exponentials keeps the compute dtype instead of being promoted to f32 by an f32
+//!   `[.., seq, 1]` factor.
 //!
 //! A direct `softmax`/`softmin` call (a backend without autodiff) runs at f32 as the op table
 //! says, and its result is stored at the compute dtype. Only under policies that lower, with
@@ -25,7 +32,8 @@
 //! turns it off.
 
 use burn::tensor::FloatDType;
-use burn_backend::{Backend, IntDType};
+use burn_backend::{Backend, IntDType, TensorMetadata};
+use burn_std::{bf16, f16};
 
 use super::args::{Arg, float_dtype};
 use crate::rules::Op;
@@ -123,32 +131,87 @@ pub(crate) fn float_sum_dim<B: Backend>(tensor: MpFloat<B>, dim: usize) -> MpFlo
         });
     };
     let of = tensor.id().expect("a value with a fact has an id");
+    let terms = tensor.inner.shape()[dim];
     if let Some((d, sum)) = sum
         && *d == dim
         && target(Op::SumDim, &tensor.precision, &[&tensor]) == Some(float_dtype(sum))
     {
-        return MpFloat::with_fact(sum.clone(), tensor.precision.clone(), Fact::SumOf { of });
+        let fact = Fact::SumOf {
+            of,
+            terms,
+            at_least_one: true,
+        };
+        return MpFloat::with_fact(sum.clone(), tensor.precision.clone(), fact);
     }
-    forward(Op::SumDim, [tensor], Fact::SumOf { of }, |[x]| {
-        B::float_sum_dim(x, dim)
-    })
+    let fact = Fact::SumOf {
+        of,
+        terms,
+        at_least_one: false,
+    };
+    forward(Op::SumDim, [tensor], fact, |[x]| B::float_sum_dim(x, dim))
+}
+
+/// The largest finite value and the smallest positive normal value of `dtype`.
+fn normal_range(dtype: FloatDType) -> (f64, f64) {
+    match dtype {
+        FloatDType::F16 => (f16::MAX.to_f64(), f16::MIN_POSITIVE.to_f64()),
+        FloatDType::BF16 => (bf16::MAX.to_f64(), bf16::MIN_POSITIVE.to_f64()),
+        FloatDType::F64 => (f64::MAX, f64::MIN_POSITIVE),
+        _ => (f32::MAX as f64, f32::MIN_POSITIVE as f64),
+    }
 }
 
 pub(crate) fn float_div<B: Backend>(lhs: MpFloat<B>, rhs: MpFloat<B>) -> MpFloat<B> {
     // A value in [0, 1] divided by its own sum (along any dim) is in [0, 1].
-    let normalizes = matches!(rhs.fact(), Some(Fact::SumOf { of }) if of.is(&lhs))
-        && matches!(lhs.fact(), Some(Fact::UnitInterval { .. }))
+    let terms = match (lhs.fact(), rhs.fact()) {
+        (Some(Fact::UnitInterval { .. }), Some(Fact::SumOf { of, terms, .. })) if of.is(&lhs) => {
+            Some(*terms)
+        }
+        _ => None,
+    };
+    let normalizes = terms.is_some()
         && lhs.precision == rhs.precision
         && lhs
             .precision
             .0
             .stores_bounded_at_compute(Op::Div, float_dtype(&lhs.inner));
-    if normalizes {
-        let rhs = Arg::<B>::cast(rhs, Some(lhs.precision.0.policy.compute()), false);
-        let quotient = B::float_div(lhs.inner, rhs.inner);
-        return MpFloat::with_fact(quotient, lhs.precision, Fact::UnitInterval { sum: None });
+    if let (true, Some(terms)) = (normalizes, terms) {
+        let compute = lhs.precision.0.policy.compute();
+        if terms as f64 <= normal_range(compute).0 {
+            let rhs = Arg::<B>::cast(rhs, Some(compute), false);
+            let quotient = B::float_div(lhs.inner, rhs.inner);
+            return MpFloat::with_fact(quotient, lhs.precision, Fact::UnitInterval { sum: None });
+        }
+        // The sum may not fit the compute dtype: divide at the sum's dtype, store the result.
+        let quotient = forward(Op::Div, [lhs, rhs], Fact::None, |[a, b]| B::float_div(a, b));
+        return store_bounded(quotient, None);
     }
     forward(Op::Div, [lhs, rhs], Fact::None, |[a, b]| B::float_div(a, b))
+}
+
+pub(crate) fn float_recip<B: Backend>(tensor: MpFloat<B>) -> MpFloat<B> {
+    // 1 / a sum of at most `terms` values in [0, 1] that include a 1 lies in [1/terms, 1].
+    let stores = match tensor.fact() {
+        Some(Fact::SumOf {
+            terms,
+            at_least_one: true,
+            ..
+        }) => {
+            let compute = tensor.precision.0.policy.compute();
+            1.0 / *terms as f64 >= normal_range(compute).1
+                && tensor
+                    .precision
+                    .0
+                    .stores_bounded_at_compute(Op::Recip, compute)
+        }
+        _ => false,
+    };
+    let recip = forward(Op::Recip, [tensor], Fact::None, |[x]| B::float_recip(x));
+    if stores {
+        store_bounded(recip, None)
+    } else {
+        recip
+    }
 }
 
 /// `softmax`/`softmin` as the op table runs them, the result stored at the compute dtype

@@ -69,7 +69,7 @@ macro_rules! float_op_list {
 
             fn float_matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> => category Matmul;
             fn float_cross(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => category Cross;
-            fn float_recip(tensor: FloatTensor<Self>) -> FloatTensor<Self> => category Recip;
+            fn float_recip(tensor: FloatTensor<Self>) -> FloatTensor<Self> => bounded Recip;
             fn float_neg(tensor: FloatTensor<Self>) -> FloatTensor<Self> => category Neg;
 
             fn float_swap_dims(tensor: FloatTensor<Self>, dim1: usize, dim2: usize) -> FloatTensor<Self> => plain;
