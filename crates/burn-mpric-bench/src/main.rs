@@ -524,4 +524,30 @@ mod tests {
         );
         assert!(Args::try_parse_from(["mpric-bench", "--workload", "nope"]).is_err());
     }
+
+    #[test]
+    fn device_memory_is_read_at_every_op_boundary_of_an_instrumented_case() {
+        use burn::backend::Wgpu;
+        use burn_mpric::instrument::{Instrumented, at_each_op};
+
+        use crate::memory::{Peak, peak_of};
+
+        type B = Instrumented<Wgpu>;
+        let device = WgpuDevice::default();
+        let source = cubecl_memory::<WgpuRuntime>(device.clone());
+        // 16 MiB at f32, and its exponentials beside it for the length of one op.
+        let n = 4 << 20;
+        let peak = peak_of(&source, |sample| {
+            at_each_op(sample.clone(), || {
+                let x = Tensor::<B, 1>::ones([n], &device);
+                let sum = x.clone().exp().sum();
+                drop(x);
+                sum.into_scalar()
+            });
+        });
+        let Peak::Bytes { bytes } = peak else {
+            panic!("{peak:?}");
+        };
+        assert!(bytes >= 2 * 4 * n as u64, "{bytes} bytes");
+    }
 }

@@ -3,9 +3,11 @@
 //! and CUDA, polled while the case runs.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use burn_mpric::instrument::OpHook;
 use serde::Serialize;
 
 static HEAP_NOW: AtomicU64 = AtomicU64::new(0);
@@ -80,15 +82,17 @@ impl MemorySource {
             MemorySource::Heap => "process heap (counting allocator), high-water mark".into(),
             MemorySource::Device(_) => {
                 format!(
-                    "device bytes in use (cubecl memory_usage), read after forward, backward and the optimizer and polled all along (a lower bound); the median of {DEVICE_REPEATS} measurements, variants in rotated order"
+                    "device bytes in use (cubecl memory_usage), read before and after every op and polled all along (a lower bound: an op's inputs and output together inside the op are not seen); the highest of {DEVICE_REPEATS} measurements, variants in rotated order"
                 )
             }
         }
     }
 
-    /// How many times each variant's peak is measured: the heap figure is exact, a device
-    /// figure moves by several MiB between measurements of one computation (what the
-    /// poller catches, what the previous case released late), so it is taken as a median.
+    /// How many times each variant's peak is measured: the heap figure is exact; a device
+    /// figure is a lower bound that can move between measurements of one computation (what
+    /// an earlier case releases while this one runs, what the poller catches of cases that
+    /// are not read at every op), so it is measured several times and the highest reading is
+    /// kept.
     pub fn repeats(&self) -> usize {
         match self {
             MemorySource::Heap => 1,
@@ -117,42 +121,48 @@ pub enum Peak {
 }
 
 impl Peak {
-    /// The median of several measurements of one case (the upper one of the middle two for an
-    /// even count); a measurement that was not reported wins, with its reason.
-    pub fn median(mut readings: Vec<Peak>) -> Option<Peak> {
+    /// The highest of several measurements of one case; a measurement that was not reported
+    /// wins, with its reason.
+    ///
+    /// Every device reading is a lower bound of the same peak (see [`peak_of`]): a reading can
+    /// miss a short-lived buffer, or count as "in use before" memory that an earlier case
+    /// releases while this one runs, but nothing else allocates on the device meanwhile, so
+    /// no reading exceeds the peak and the highest is the tightest bound.
+    pub fn highest(mut readings: Vec<Peak>) -> Option<Peak> {
         if let Some(i) = readings
             .iter()
             .position(|p| matches!(p, Peak::NotReported { .. }))
         {
             return Some(readings.swap_remove(i));
         }
-        let mut bytes: Vec<u64> = readings
+        readings
             .iter()
             .filter_map(|p| match p {
                 Peak::Bytes { bytes } => Some(*bytes),
                 Peak::NotReported { .. } => None,
             })
-            .collect();
-        bytes.sort_unstable();
-        bytes
-            .get(bytes.len() / 2)
-            .map(|&bytes| Peak::Bytes { bytes })
+            .max()
+            .map(|bytes| Peak::Bytes { bytes })
     }
 }
 
 /// Runs `run` (which builds a case and runs a few iterations, calling the function it is given
 /// where memory peaks) and returns its peak memory.
 ///
-/// On the heap the figure is exact (every allocation is counted). A device counter is read at
-/// the sample points and by a second thread polling it all along; cubecl counts an allocation
-/// from the op that makes it to the drop of its handle, so a buffer that lives only between two
-/// ops can be missed: the device figure is a lower bound of the true peak.
-pub fn peak_of(source: &MemorySource, run: impl FnOnce(&dyn Fn())) -> Peak {
+/// On the heap the figure is exact (every allocation is counted). A device counter is read
+/// whenever `run` calls the function it is given (the bench calls it at every op boundary
+/// of a case built over [`Instrumented`](burn_mpric::instrument::Instrumented), through
+/// [`at_each_op`](burn_mpric::instrument::at_each_op)) and by a second thread polling it all
+/// along. cubecl counts an allocation from the op that makes it to the drop of its handle, so
+/// every buffer an op returns is counted at the next boundary; what no reading sees is an
+/// op's inputs and its output in use together inside the op: the device figure is a lower
+/// bound of the true peak.
+pub fn peak_of(source: &MemorySource, run: impl FnOnce(&OpHook)) -> Peak {
     match source {
         MemorySource::Heap => {
             let before = HEAP_NOW.load(Ordering::Relaxed);
             HEAP_PEAK.store(before, Ordering::Relaxed);
-            run(&|| {});
+            run(&(Rc::new(|| {}) as OpHook));
             let peak = HEAP_PEAK.load(Ordering::Relaxed);
             Peak::Bytes {
                 bytes: peak.saturating_sub(before),
@@ -178,11 +188,15 @@ pub fn peak_of(source: &MemorySource, run: impl FnOnce(&dyn Fn())) -> Peak {
                     }
                 })
             };
-            run(&|| {
-                if let Ok(b) = counter() {
-                    peak.fetch_max(b, Ordering::Relaxed);
-                }
-            });
+            let sample: OpHook = {
+                let (counter, peak) = (counter.clone(), peak.clone());
+                Rc::new(move || {
+                    if let Ok(b) = counter() {
+                        peak.fetch_max(b, Ordering::Relaxed);
+                    }
+                })
+            };
+            run(&sample);
             stop.store(true, Ordering::Relaxed);
             let _ = poller.join();
             Peak::Bytes {
@@ -198,21 +212,21 @@ mod tests {
     use std::time::Duration;
 
     #[test]
-    fn the_median_of_device_readings_ignores_one_outlier() {
+    fn device_readings_keep_the_highest_lower_bound() {
         let bytes = |b| Peak::Bytes { bytes: b };
-        let median = Peak::median(vec![bytes(120), bytes(100), bytes(9_000)]);
+        let highest = Peak::highest(vec![bytes(120), bytes(9_000), bytes(100)]);
         assert!(
-            matches!(median, Some(Peak::Bytes { bytes: 120 })),
-            "{median:?}"
+            matches!(highest, Some(Peak::Bytes { bytes: 9_000 })),
+            "{highest:?}"
         );
         let failed = Peak::NotReported {
             reason: "no counter".into(),
         };
         assert!(matches!(
-            Peak::median(vec![bytes(1), failed]),
+            Peak::highest(vec![bytes(1), failed]),
             Some(Peak::NotReported { .. })
         ));
-        assert!(Peak::median(Vec::new()).is_none());
+        assert!(Peak::highest(Vec::new()).is_none());
     }
 
     #[test]

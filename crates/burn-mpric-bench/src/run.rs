@@ -8,7 +8,7 @@ use std::time::Instant;
 use burn::backend::Autodiff;
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, FloatDType, Tensor};
-use burn_mpric::instrument::{Instrumented, record};
+use burn_mpric::instrument::{Instrumented, at_each_op, record};
 use burn_mpric::{MixedPrecision, MpDevice, Policy};
 use serde::Serialize;
 
@@ -236,6 +236,9 @@ struct Prepared {
     variant: String,
     policy: Option<String>,
     factory: Result<Factory, String>,
+    /// The same case over `Instrumented<I>`, for the memory readings: a device counter is read
+    /// at every op boundary there (see [`peak_of`]). `None`: the memory is read on `factory`.
+    memory_factory: Option<Factory>,
     /// Whether the case has an output to compare with the reference.
     has_output: bool,
     /// What the report says beside its row.
@@ -265,14 +268,14 @@ fn bare_storage<I: Backend>(device: &I::Device, storage: Storage) -> Result<Stor
     }
 }
 
-fn prepare<I: Backend>(
+/// How to build the case of `variant` for `spec` on the backend `I`, or why it can't run.
+fn factory<I: Backend>(
     device: &I::Device,
     variant: Variant,
     spec: &Spec,
-    suffix: &str,
-) -> Prepared {
+) -> Result<Factory, String> {
     let spec = spec.clone();
-    let factory: Result<Factory, String> = match mp_device::<I>(device, variant) {
+    match mp_device::<I>(device, variant) {
         None => bare_storage::<I>(device, variant.storage()).map(|storage| {
             let device = device.clone();
             Box::new(move || workloads::build::<Autodiff<I>>(&spec, storage, &device)) as Factory
@@ -281,11 +284,20 @@ fn prepare<I: Backend>(
             workloads::build::<Autodiff<MixedPrecision<I>>>(&spec, Storage::F32, &mp)
         })),
         Some(Err(reason)) => Err(reason),
-    };
+    }
+}
+
+fn prepare<I: Backend>(
+    device: &I::Device,
+    variant: Variant,
+    spec: &Spec,
+    suffix: &str,
+) -> Prepared {
     Prepared {
         variant: format!("{}{suffix}", variant.name()),
         policy: variant.policy().map(|p| p.to_string()),
-        factory,
+        factory: factory::<I>(device, variant, spec),
+        memory_factory: factory::<Instrumented<I>>(device, variant, spec).ok(),
         has_output: true,
         note: variant.note(),
     }
@@ -344,23 +356,27 @@ fn measure_group<I: Backend>(
         case.step();
         case.step();
     }
-    // A device figure is measured several times, the variants in rotated order (as the
-    // timing rounds are), and taken as the median.
+    // A device figure is read at every op boundary of the case built over `Instrumented`,
+    // measured several times, the variants in rotated order (as the timing rounds are), and
+    // the highest reading kept (each is a lower bound).
     let mut readings: Vec<Vec<Peak>> = vec![Vec::new(); prepared.len()];
     for round in 0..setup.memory.repeats() {
         for k in 0..prepared.len() {
             let i = (k + round) % prepared.len();
-            if let Ok(factory) = &prepared[i].factory {
+            let memory_factory = prepared[i].memory_factory.as_ref();
+            if let Some(factory) = memory_factory.or(prepared[i].factory.as_ref().ok()) {
                 readings[i].push(peak_of(&setup.memory, |sample| {
-                    let mut case = factory();
-                    sample();
-                    case.step_sampled(sample);
-                    case.step_sampled(sample);
+                    at_each_op(sample.clone(), || {
+                        let mut case = factory();
+                        sample();
+                        case.step_sampled(&**sample);
+                        case.step_sampled(&**sample);
+                    })
                 }));
             }
         }
     }
-    let peaks: Vec<Option<Peak>> = readings.into_iter().map(Peak::median).collect();
+    let peaks: Vec<Option<Peak>> = readings.into_iter().map(Peak::highest).collect();
     // Interleaved timing.
     let mut cases: Vec<Box<dyn Case>> = prepared
         .iter()
@@ -588,6 +604,7 @@ fn cast_overhead<I: Backend>(setup: &Setup<I>) -> (Vec<Row>, Vec<CastRow>) {
                 variant: format!("casts alone ({})", v.name()),
                 policy: v.policy().map(|p| p.to_string()),
                 factory: Err(reason),
+                memory_factory: None,
                 has_output: false,
                 note: None,
             });
@@ -601,6 +618,7 @@ fn cast_overhead<I: Backend>(setup: &Setup<I>) -> (Vec<Row>, Vec<CastRow>) {
             factory: Ok(Box::new(move || {
                 Box::new(CastReplay::<I>::new(&recorded, half, &device))
             })),
+            memory_factory: None,
             has_output: false,
             note: None,
         });

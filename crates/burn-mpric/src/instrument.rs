@@ -4,6 +4,7 @@
 
 use core::marker::PhantomData;
 use std::cell::RefCell;
+use std::rc::Rc;
 
 use burn::tensor::FloatDType;
 use burn_backend::ops::{
@@ -46,11 +47,51 @@ pub struct OpRecord {
 /// The dtype and shape of one float input.
 type FloatInput = (DType, Vec<usize>);
 
+/// A function [`at_each_op`] calls before and after every op an [`Instrumented`] backend
+/// forwards.
+pub type OpHook = Rc<dyn Fn()>;
+
 thread_local! {
     static LOG: RefCell<Option<Vec<OpRecord>>> = const { RefCell::new(None) };
+    static EACH_OP: RefCell<Option<OpHook>> = const { RefCell::new(None) };
+}
+
+/// Runs `f`, calling `hook` before and after every op the [`Instrumented`] backends on this
+/// thread forward meanwhile (the bench reads device memory there: every buffer an op returns
+/// is in use when the op returns).
+///
+/// ```
+/// use std::cell::Cell;
+/// use std::rc::Rc;
+/// use burn::backend::Flex;
+/// use burn::tensor::Tensor;
+/// use burn_mpric::instrument::{Instrumented, at_each_op};
+///
+/// type B = Instrumented<Flex>;
+/// let a = Tensor::<B, 1>::ones([3], &Default::default());
+/// let calls = Rc::new(Cell::new(0));
+/// let counter = calls.clone();
+/// at_each_op(Rc::new(move || counter.set(counter.get() + 1)), || {
+///     (a.clone() + a.clone()).exp()
+/// });
+/// assert_eq!(calls.get(), 4, "before and after each of the two ops");
+/// ```
+pub fn at_each_op<R>(hook: OpHook, f: impl FnOnce() -> R) -> R {
+    let previous = EACH_OP.with(|h| h.borrow_mut().replace(hook));
+    let result = f();
+    EACH_OP.with(|h| *h.borrow_mut() = previous);
+    result
+}
+
+fn op_boundary() {
+    // Cloned out first: the hook may run code that reaches `EACH_OP` again.
+    if let Some(hook) = EACH_OP.with(|h| h.borrow().clone()) {
+        hook();
+    }
 }
 
 fn log(op: &'static str, inputs: Vec<FloatInput>) {
+    op_boundary();
     LOG.with(|l| {
         if let Some(log) = l.borrow_mut().as_mut() {
             let (float_inputs, float_shapes) = inputs.into_iter().unzip();
@@ -324,7 +365,9 @@ macro_rules! record_ops {
             let mut dtypes = Vec::new();
             $( Inspect::dtypes(&$arg, &mut dtypes); )*
             log(stringify!($name), dtypes);
-            <$ret as Wrap>::wrap(B::$name($(Inspect::into_inner($arg)),*))
+            let out = <$ret as Wrap>::wrap(B::$name($(Inspect::into_inner($arg)),*));
+            op_boundary();
+            out
         }
     )*};
 }
