@@ -530,14 +530,14 @@ mod tests {
         use burn::backend::Wgpu;
         use burn_mpric::instrument::{Instrumented, at_each_op};
 
-        use crate::memory::{Peak, peak_of};
+        use crate::memory::{Peak, Sampling, peak_of};
 
         type B = Instrumented<Wgpu>;
         let device = WgpuDevice::default();
         let source = cubecl_memory::<WgpuRuntime>(device.clone());
         // 16 MiB at f32, and its exponentials beside it for the length of one op.
         let n = 4 << 20;
-        let peak = peak_of(&source, |sample| {
+        let peak = peak_of(&source, Sampling::EveryOp, |sample| {
             at_each_op(sample.clone(), || {
                 let x = Tensor::<B, 1>::ones([n], &device);
                 let sum = x.clone().exp().sum();

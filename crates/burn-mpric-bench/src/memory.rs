@@ -82,7 +82,7 @@ impl MemorySource {
             MemorySource::Heap => "process heap (counting allocator), high-water mark".into(),
             MemorySource::Device(_) => {
                 format!(
-                    "device bytes in use (cubecl memory_usage), read before and after every op and polled all along (a lower bound: an op's inputs and output together inside the op are not seen); the highest of {DEVICE_REPEATS} measurements, variants in rotated order"
+                    "device bytes in use (cubecl memory_usage), read before and after every op (a lower bound: an op's inputs and output together inside the op are not seen; polled instead for the loss-scaler and cast rows); the highest of {DEVICE_REPEATS} measurements, variants in rotated order"
                 )
             }
         }
@@ -146,18 +146,27 @@ impl Peak {
     }
 }
 
+/// How a device counter is read while a case runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sampling {
+    /// Only when the case calls the function it is given: the bench calls it before and after
+    /// every op of a case built over [`Instrumented`](burn_mpric::instrument::Instrumented),
+    /// through [`at_each_op`](burn_mpric::instrument::at_each_op). Every buffer an op returns
+    /// is seen, and two readings of one computation are the same.
+    EveryOp,
+    /// Also by a second thread polling it all along, for cases that are not instrumented
+    /// (a buffer that lives between two of their sample points is seen only by chance).
+    Polled,
+}
+
 /// Runs `run` (which builds a case and runs a few iterations, calling the function it is given
-/// where memory peaks) and returns its peak memory.
+/// where memory is read) and returns its peak memory.
 ///
-/// On the heap the figure is exact (every allocation is counted). A device counter is read
-/// whenever `run` calls the function it is given (the bench calls it at every op boundary
-/// of a case built over [`Instrumented`](burn_mpric::instrument::Instrumented), through
-/// [`at_each_op`](burn_mpric::instrument::at_each_op)) and by a second thread polling it all
-/// along. cubecl counts an allocation from the op that makes it to the drop of its handle, so
-/// every buffer an op returns is counted at the next boundary; what no reading sees is an
-/// op's inputs and its output in use together inside the op: the device figure is a lower
-/// bound of the true peak.
-pub fn peak_of(source: &MemorySource, run: impl FnOnce(&OpHook)) -> Peak {
+/// On the heap the figure is exact (every allocation is counted) and `sampling` does not
+/// matter. cubecl counts a device allocation from the op that makes it to the drop of its
+/// handle; no reading sees an op's inputs and its output in use together inside the op, so
+/// the device figure is a lower bound of the true peak.
+pub fn peak_of(source: &MemorySource, sampling: Sampling, run: impl FnOnce(&OpHook)) -> Peak {
     match source {
         MemorySource::Heap => {
             let before = HEAP_NOW.load(Ordering::Relaxed);
@@ -177,7 +186,7 @@ pub fn peak_of(source: &MemorySource, run: impl FnOnce(&OpHook)) -> Peak {
             };
             let peak = Arc::new(AtomicU64::new(before));
             let stop = Arc::new(AtomicBool::new(false));
-            let poller = {
+            let poller = (sampling == Sampling::Polled).then(|| {
                 let (stop, counter, peak) = (stop.clone(), counter.clone(), peak.clone());
                 std::thread::spawn(move || {
                     while !stop.load(Ordering::Relaxed) {
@@ -187,7 +196,7 @@ pub fn peak_of(source: &MemorySource, run: impl FnOnce(&OpHook)) -> Peak {
                         std::thread::yield_now();
                     }
                 })
-            };
+            });
             let sample: OpHook = {
                 let (counter, peak) = (counter.clone(), peak.clone());
                 Rc::new(move || {
@@ -198,7 +207,9 @@ pub fn peak_of(source: &MemorySource, run: impl FnOnce(&OpHook)) -> Peak {
             };
             run(&sample);
             stop.store(true, Ordering::Relaxed);
-            let _ = poller.join();
+            if let Some(poller) = poller {
+                let _ = poller.join();
+            }
             Peak::Bytes {
                 bytes: peak.load(Ordering::Relaxed).saturating_sub(before),
             }
@@ -236,7 +247,7 @@ mod tests {
             let level = level.clone();
             Arc::new(move || Ok(level.load(Ordering::Relaxed)))
         };
-        let peak = peak_of(&MemorySource::Device(counter), |sample| {
+        let peak = peak_of(&MemorySource::Device(counter), Sampling::Polled, |sample| {
             level.store(3_000, Ordering::Relaxed);
             sample();
             level.store(5_000, Ordering::Relaxed);

@@ -13,7 +13,7 @@ use burn_mpric::{MixedPrecision, MpDevice, Policy};
 use serde::Serialize;
 
 use crate::harness::{Budget, Case, Samples, measure_interleaved};
-use crate::memory::{MemorySource, Peak, peak_of};
+use crate::memory::{MemorySource, Peak, Sampling, peak_of};
 use crate::workloads::{self, Spec, Storage, Workload};
 
 /// The sizes one backend runs each workload at.
@@ -363,9 +363,12 @@ fn measure_group<I: Backend>(
     for round in 0..setup.memory.repeats() {
         for k in 0..prepared.len() {
             let i = (k + round) % prepared.len();
-            let memory_factory = prepared[i].memory_factory.as_ref();
-            if let Some(factory) = memory_factory.or(prepared[i].factory.as_ref().ok()) {
-                readings[i].push(peak_of(&setup.memory, |sample| {
+            let (factory, sampling) = match &prepared[i].memory_factory {
+                Some(factory) => (Some(factory), Sampling::EveryOp),
+                None => (prepared[i].factory.as_ref().ok(), Sampling::Polled),
+            };
+            if let Some(factory) = factory {
+                readings[i].push(peak_of(&setup.memory, sampling, |sample| {
                     at_each_op(sample.clone(), || {
                         let mut case = factory();
                         sample();
