@@ -47,8 +47,7 @@ pub struct OpRecord {
 /// The dtype and shape of one float input.
 type FloatInput = (DType, Vec<usize>);
 
-/// A function [`at_each_op`] calls before and after every op an [`Instrumented`] backend
-/// forwards.
+/// A function [`at_each_op`] calls around the ops an [`Instrumented`] backend forwards.
 pub type OpHook = Rc<dyn Fn()>;
 
 thread_local! {
@@ -56,9 +55,11 @@ thread_local! {
     static EACH_OP: RefCell<Option<OpHook>> = const { RefCell::new(None) };
 }
 
-/// Runs `f`, calling `hook` before and after every op the [`Instrumented`] backends on this
-/// thread forward meanwhile (the bench reads device memory there: every buffer an op returns
-/// is in use when the op returns).
+/// Runs `f`, calling `hook` around the ops the [`Instrumented`] backends on this thread
+/// forward meanwhile: before every op [`record`] lists, and after each one that computes
+/// (creation ops and host reads call no hook; what a creation op makes is in use at the next
+/// op's call). The bench reads device memory there: every buffer an op returns is in use
+/// when the op returns.
 ///
 /// ```
 /// use std::cell::Cell;
