@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::dtype::{compute_dtype, float_dtype};
 use crate::error::StepError;
 use crate::invalid::LossScaleError;
+use crate::read::read_one;
 
 /// The L2 norm of all gradients of `module` taken together, as a one-element f32 tensor on the
 /// device (nothing is read). `None` when the module has no gradient in `grads`.
@@ -202,16 +203,7 @@ fn rescaled_squares<B: AutodiffBackend, M: AutodiffModule<B>>(
     let data = transaction.try_execute()?;
     let values = data
         .into_iter()
-        .map(|data| {
-            let values: Vec<f64> = data.iter::<f64>().collect();
-            match values.as_slice() {
-                [value] => Ok(*value),
-                other => Err(StepError::UnexpectedRead(format!(
-                    "expected one value, got {}",
-                    other.len()
-                ))),
-            }
-        })
+        .map(|data| read_one::<f64>(data, "value"))
         .collect::<Result<Vec<f64>, StepError>>()?;
     Ok(values
         .chunks_exact(2)

@@ -2,7 +2,7 @@
 //! one transaction.
 
 use burn::tensor::backend::Backend;
-use burn::tensor::{Bool, Tensor, TensorData, Transaction};
+use burn::tensor::{Bool, Element, Tensor, TensorData, Transaction};
 
 use crate::error::StepError;
 
@@ -57,11 +57,11 @@ pub(crate) fn read_step_values<B: Backend>(
     };
     let mut finite = if has_flag { read_bool(next()?)? } else { true };
     let loss = match loss {
-        Some(_) => Some(read_f32(next()?)?),
+        Some(_) => Some(read_one::<f32>(next()?, "value")?),
         None => None,
     };
     for _ in sums {
-        finite &= read_f32(next()?)?.is_finite();
+        finite &= read_one::<f32>(next()?, "value")?.is_finite();
     }
     let squares = match squares {
         Some(squares) => {
@@ -80,25 +80,19 @@ pub(crate) fn read_step_values<B: Backend>(
     })
 }
 
-fn read_f32(data: TensorData) -> Result<f32, StepError> {
-    let values: Vec<f32> = data.iter::<f32>().collect();
+/// Reads a one-element tensor's data; `what` names the value in the error.
+pub(crate) fn read_one<E: Element>(data: TensorData, what: &str) -> Result<E, StepError> {
+    let values: Vec<E> = data.iter::<E>().collect();
     match values.as_slice() {
         [value] => Ok(*value),
         other => Err(StepError::UnexpectedRead(format!(
-            "expected one value, got {}",
+            "expected one {what}, got {} values",
             other.len()
         ))),
     }
 }
 
-/// Reads a one-element bool tensor's data.
+/// Reads a one-element bool tensor's data: a finiteness flag.
 pub(crate) fn read_bool(data: TensorData) -> Result<bool, StepError> {
-    let values: Vec<bool> = data.iter::<bool>().collect();
-    match values.as_slice() {
-        [value] => Ok(*value),
-        other => Err(StepError::UnexpectedRead(format!(
-            "expected one finiteness flag, got {} values",
-            other.len()
-        ))),
-    }
+    read_one(data, "finiteness flag")
 }
