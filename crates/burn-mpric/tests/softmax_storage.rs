@@ -14,6 +14,12 @@ type Inner = Instrumented<Flex>;
 type Mp = MixedPrecision<Inner>;
 type Ad = Autodiff<Mp>;
 
+/// The mixed policies, with their compute dtype.
+const MIXED: [(&str, FloatDType); 2] = [
+    ("mixed_f16", FloatDType::F16),
+    ("mixed_bf16", FloatDType::BF16),
+];
+
 fn settings(policy: &str) -> MpSettings {
     MpSettings::new(policy.parse::<Policy>().unwrap())
 }
@@ -40,10 +46,7 @@ fn calls<'a>(log: &'a [OpRecord], op: &str) -> Vec<&'a OpRecord> {
 
 #[test]
 fn probabilities_and_exponentials_are_stored_at_the_compute_dtype() {
-    for (policy, half) in [
-        ("mixed_f16", FloatDType::F16),
-        ("mixed_bf16", FloatDType::BF16),
-    ] {
+    for (policy, half) in MIXED {
         let device = device(settings(policy));
         let x = scores(&device, half).require_grad();
         let (p, log) = record(|| softmax(x.clone(), 2));
@@ -148,10 +151,7 @@ fn softmax_values_and_gradients_match_f32_within_half_rounding() {
 
 #[test]
 fn log_softmax_is_unchanged_by_the_storage_rule() {
-    for (policy, half) in [
-        ("mixed_f16", FloatDType::F16),
-        ("mixed_bf16", FloatDType::BF16),
-    ] {
+    for (policy, half) in MIXED {
         let stored = device(settings(policy));
         let full = device(settings(policy).full_precision_softmax());
         let a = log_softmax(scores(&stored, half), 2);
@@ -235,10 +235,7 @@ fn attention_saves_its_probabilities_at_the_compute_dtype() {
 
 #[test]
 fn the_softmax_backward_multiplies_its_gradient_by_the_stored_reciprocal() {
-    for (policy, half) in [
-        ("mixed_f16", FloatDType::F16),
-        ("mixed_bf16", FloatDType::BF16),
-    ] {
+    for (policy, half) in MIXED {
         let device = device(settings(policy));
         let x = scores(&device, half).require_grad();
         let p = softmax(x.clone(), 2);
