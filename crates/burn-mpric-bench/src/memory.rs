@@ -1,6 +1,7 @@
 //! Peak memory of one case: the process heap for the CPU backend (a counting global
 //! allocator), the device memory counters of cubecl (`ComputeClient::memory_usage`) for Wgpu
-//! and CUDA, polled while the case runs.
+//! and CUDA, read at every op boundary of an instrumented case, or polled while a case that
+//! is not instrumented runs.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::rc::Rc;
