@@ -3,7 +3,7 @@
 //! `cargo run -p burn-mpric-examples --example policy [POLICY]`
 
 use burn::backend::Flex;
-use burn_mpric::Policy;
+use burn_mpric::{Policy, ResolveOnDevice};
 
 fn main() {
     let text = std::env::args()

@@ -4,43 +4,27 @@
 //!   descendants and ancestors' re-exports; siblings must form a hierarchy), and so do the
 //!   top-level modules (folders) once their files are taken together; modules that exist only
 //!   in test builds (`#[cfg(test)] mod x;`) are left out;
-//! - the Burn-independent core names no Burn type but the dtype enum and the config derive,
-//!   and imports only itself, so that a port to another Burn release changes the adapters
-//!   around it, not it.
+//! - the Burn-independent core (`crates/burn-mpric-core`) depends on no Burn crate and names
+//!   no Burn path, so that both editions (Burn 0.21 and Burn 0.22) share it unchanged.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
 /// The crates whose module graphs must have no circles.
-pub const CRATES: [&str; 5] = [
+pub const CRATES: [&str; 7] = [
+    "crates/burn-mpric-core",
     "crates/burn-mpric",
     "crates/burn-mpric-scale",
     "crates/burn-mpric-learner",
     "crates/burn-mpric-train",
     "crates/burn-mpric-bench",
+    "crates/burn-mpric-022",
 ];
 
-/// The Burn-independent core: the policy's text form, the resolved policy, the op table and
-/// the loss-scale state machines.
-pub const BURN_FREE: [&str; 13] = [
-    "crates/burn-mpric/src/policy/mod.rs",
-    "crates/burn-mpric/src/policy/dtype.rs",
-    "crates/burn-mpric/src/policy/error.rs",
-    "crates/burn-mpric/src/policy/parse.rs",
-    "crates/burn-mpric/src/rules/resolved.rs",
-    "crates/burn-mpric/src/rules/op_table.rs",
-    "crates/burn-mpric-scale/src/limits.rs",
-    "crates/burn-mpric-scale/src/invalid.rs",
-    "crates/burn-mpric-scale/src/config.rs",
-    "crates/burn-mpric-scale/src/noop.rs",
-    "crates/burn-mpric-scale/src/static_scale.rs",
-    "crates/burn-mpric-scale/src/dynamic.rs",
-    "crates/burn-mpric-scale/src/loss_scale.rs",
-];
-
-/// What the core may name of Burn: its float dtype enum and the `Config` derive.
-const BURN_ALLOWED: [&str; 2] = ["burn::tensor::FloatDType", "burn::config::Config"];
+/// The Burn-independent core: the policy's text form and resolution, the op table, the
+/// loss-scale state machines, presets and saved state.
+pub const CORE: &str = "crates/burn-mpric-core";
 
 /// Source lines without comments (doc links are not imports) and without `#[cfg(test)]`
 /// modules, which may use anything.
@@ -280,7 +264,7 @@ pub fn find_circle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<Str
     None
 }
 
-/// The Burn paths `code` names beyond [`BURN_ALLOWED`].
+/// The Burn paths `code` names.
 fn burn_names(code: &str) -> Vec<String> {
     let mut found = Vec::new();
     for prefix in ["burn::", "burn_backend::", "burn_std::"] {
@@ -295,13 +279,43 @@ fn burn_names(code: &str) -> Vec<String> {
             let end = tail
                 .find(|c: char| !(is_ident(c) || c == ':'))
                 .unwrap_or(tail.len());
-            let path = &tail[..end];
-            if !BURN_ALLOWED.contains(&path) {
-                found.push(path.to_string());
-            }
+            found.push(tail[..end].to_string());
         }
     }
     found
+}
+
+/// What makes the core at `core` depend on Burn: a `burn*` dependency in its manifest (other
+/// than its own name), or a Burn path in its sources.
+fn core_problems(core: &Path) -> Result<Vec<String>, String> {
+    let mut problems = Vec::new();
+    let manifest = core.join("Cargo.toml");
+    let text = fs::read_to_string(&manifest).map_err(|e| format!("{}: {e}", manifest.display()))?;
+    let mut in_deps = false;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_deps = line.contains("dependencies");
+        } else if in_deps && line.starts_with("burn") {
+            problems.push(format!(
+                "{}: the Burn-independent core depends on `{line}`",
+                manifest.display()
+            ));
+        }
+    }
+    let mut files = Vec::new();
+    rust_files(&core.join("src"), &mut files);
+    for file in files {
+        let code = fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+        let names = burn_names(&code_of(&code));
+        if !names.is_empty() {
+            problems.push(format!(
+                "{} is part of the Burn-independent core but names {}",
+                file.display(),
+                names.join(", ")
+            ));
+        }
+    }
+    Ok(problems)
 }
 
 /// Checks both rules over the workspace at `root`.
@@ -321,34 +335,8 @@ pub fn check(root: &Path) -> Result<(), String> {
                 circle.join(" -> ")
             ));
         }
-        // The core imports only the core.
-        let src = root.join(krate).join("src");
-        let core: BTreeSet<String> = BURN_FREE
-            .iter()
-            .filter_map(|f| Path::new(f).strip_prefix(krate).ok())
-            .map(|f| module_of(&src, &src.join(f.strip_prefix("src").unwrap_or(f))))
-            .collect();
-        for module in &core {
-            for import in graph.get(module).into_iter().flatten() {
-                if !core.contains(import) {
-                    problems.push(format!(
-                        "{krate}: `{module}` is part of the Burn-independent core but imports `{import}`, which is not"
-                    ));
-                }
-            }
-        }
     }
-    for file in BURN_FREE {
-        let path = root.join(file);
-        let code = fs::read_to_string(&path).map_err(|e| format!("{file}: {e}"))?;
-        let names = burn_names(&code_of(&code));
-        if !names.is_empty() {
-            problems.push(format!(
-                "{file} is part of the Burn-independent core but names {}",
-                names.join(", ")
-            ));
-        }
-    }
+    problems.extend(core_problems(&root.join(CORE))?);
     if problems.is_empty() {
         Ok(())
     } else {
@@ -399,12 +387,33 @@ mod tests {
     }
 
     #[test]
-    fn burn_names_outside_the_allowed_ones_are_reported() {
-        let code = "use burn::tensor::FloatDType;\nuse burn::tensor::Tensor;\nfn f<B: burn_backend::Backend>() {}";
+    fn burn_names_are_reported() {
+        let code = "use burn::tensor::FloatDType;\nuse burn_mpric_core::Policy;\nfn f<B: burn_backend::Backend>() {}";
         assert_eq!(
             burn_names(code),
-            ["burn::tensor::Tensor", "burn_backend::Backend"]
+            ["burn::tensor::FloatDType", "burn_backend::Backend"]
         );
+    }
+
+    #[test]
+    fn a_core_that_names_burn_is_refused() {
+        let dir = std::env::temp_dir().join(format!("xtask-core-{}", std::process::id()));
+        fs::create_dir_all(dir.join("src")).unwrap();
+        fs::write(
+            dir.join("Cargo.toml"),
+            "[package]\nname = \"c\"\n[dependencies]\nserde = \"1\"\nburn = \"0.21\"\n",
+        )
+        .unwrap();
+        fs::write(
+            dir.join("src/lib.rs"),
+            "pub fn f(d: burn::tensor::DType) {}\n",
+        )
+        .unwrap();
+        let problems = core_problems(&dir).unwrap();
+        fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].contains("burn = "), "{problems:?}");
+        assert!(problems[1].contains("burn::tensor::DType"), "{problems:?}");
     }
 
     #[test]

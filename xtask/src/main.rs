@@ -2,9 +2,12 @@
 //!
 //! - `check`: the layout rules (no import circles, a Burn-independent core; see
 //!   `layout.rs`), formatting, lints and the whole test suite, as CI runs them.
+//! - `burn023`: the Burn 0.22 edition's tests against Burn 0.23.0-pre.1 (outside CI; see
+//!   `burn023.rs`).
 //! - `bench`: builds the benchmark suite (`mpric-bench`) in release mode and runs it; the
 //!   report goes to `target/bench/` (`report.md`, `report.json`, `report.svg`).
 
+mod burn023;
 mod layout;
 
 use std::path::Path;
@@ -152,6 +155,9 @@ const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
   check    layout rules, cargo fmt --check, clippy -D warnings, and the whole test suite
+  burn023  the Burn 0.22 edition (burn-mpric-022) built and tested against Burn
+           0.23.0-pre.1 in target/burn023/ (not part of `check`; arguments go to
+           `cargo test`)
   bench    the benchmark suite in release mode; report in target/bench/
            options: --full, --backend flex|wgpu|cuda, --workload NAME (both repeatable),
            --out DIR, --fusion (Wgpu and CUDA with Burn's default kernel fusion and
@@ -162,6 +168,10 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("check") => check(),
         Some("bench") => bench(&args[1..]),
+        Some("burn023") => Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .ok_or_else(|| "xtask has no parent directory".to_string())
+            .and_then(|root| burn023::run(root, &args[1..])),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(())

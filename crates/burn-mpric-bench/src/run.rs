@@ -192,8 +192,8 @@ impl Variant {
         match self {
             Variant::Bare | Variant::PureF16 | Variant::PureBf16 => None,
             Variant::Identity => Some(Policy::F32),
-            Variant::MixedF16 => Some(Policy::mixed(FloatDType::F16)),
-            Variant::MixedBf16 => Some(Policy::mixed(FloatDType::BF16)),
+            Variant::MixedF16 => Some(Policy::mixed(burn_mpric::FloatDType::F16)),
+            Variant::MixedBf16 => Some(Policy::mixed(burn_mpric::FloatDType::BF16)),
         }
     }
 

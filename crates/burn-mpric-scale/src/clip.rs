@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::dtype::{compute_dtype, float_dtype};
 use crate::error::StepError;
-use crate::invalid::LossScaleError;
 use crate::read::read_one;
+use burn_mpric_core::scale::{ClipNorm, LossScaleError};
 
 /// The L2 norm of all gradients of `module` taken together, as a one-element f32 tensor on the
 /// device (nothing is read). `None` when the module has no gradient in `grads`.
@@ -255,11 +255,20 @@ impl GlobalNormClip {
     /// assert!(GlobalNormClip::new(f32::NAN).is_err());
     /// ```
     pub fn new(max_norm: f32) -> Result<Self, LossScaleError> {
-        if max_norm.is_finite() && max_norm > 0.0 {
-            Ok(Self { max_norm })
-        } else {
-            Err(LossScaleError::InvalidClipNorm(max_norm))
-        }
+        ClipNorm::new(max_norm).map(Self::from)
+    }
+
+    /// The Burn-free rule (burn-mpric-core's [`ClipNorm`]) this clipping applies.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_scale::GlobalNormClip;
+    ///
+    /// assert_eq!(GlobalNormClip::new(3.0).unwrap().rule().max_norm(), 3.0);
+    /// ```
+    pub fn rule(self) -> ClipNorm {
+        ClipNorm::new(self.max_norm).expect("validated when built")
     }
 
     /// The maximum global norm.
@@ -344,7 +353,7 @@ impl GlobalNormClip {
     /// The clipping coefficient for a global norm known on the host:
     /// `min(1, max_norm / (total_norm + 1e-6))`, in f64.
     pub(crate) fn coefficient(&self, total_norm: f64) -> f64 {
-        (f64::from(self.max_norm) / (total_norm + 1e-6)).min(1.0)
+        self.rule().coefficient(total_norm)
     }
 
     /// Clips every gradient of `module` with a global norm known on the host (finite, at most
@@ -364,6 +373,14 @@ impl GlobalNormClip {
 }
 
 /// The factor every gradient is multiplied by.
+impl From<ClipNorm> for GlobalNormClip {
+    fn from(rule: ClipNorm) -> Self {
+        Self {
+            max_norm: rule.max_norm(),
+        }
+    }
+}
+
 enum Coefficient<B: Backend> {
     /// A one-element tensor on the device.
     Tensor(Tensor<B, 1>),

@@ -10,10 +10,10 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorPrimitive};
 
 use crate::error::StepError;
-use crate::outcome::StepOutcome;
 use crate::read::read_bool;
 use crate::scaler::{LossScaler, mean_at_f32};
 use crate::unscale::cast_grads_to_param_dtype;
+use burn_mpric_core::scale::StepOutcome;
 
 fn collective_error(err: burn::collective::CollectiveError) -> StepError {
     StepError::Collective(format!("{err:?}"))

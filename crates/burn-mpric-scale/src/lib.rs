@@ -5,7 +5,8 @@
 //! gradients by `S` before the optimizer step. A *dynamic* scale grows after a run of finite steps
 //! and backs off (skipping the step) when a gradient overflows.
 //!
-//! This crate provides:
+//! This crate provides the tensor side of loss scaling for Burn 0.21; the state machines,
+//! presets and saved state come from `burn-mpric-core`, which the Burn 0.22 edition shares:
 //!
 //! - three loss scales with functional state ([`NoOpLossScale`], [`StaticLossScale`],
 //!   [`DynamicLossScale`], and the [`LossScale`] enum over them), configured by a
@@ -83,42 +84,31 @@
 mod clip;
 #[cfg(feature = "collective")]
 mod collective;
-mod config;
 mod dtype;
-mod dynamic;
 mod error;
-mod invalid;
 mod keep_dtype;
-mod limits;
-mod loss_scale;
-mod noop;
-mod outcome;
 mod pack;
-mod preset;
 mod read;
 mod record;
 mod replicas;
 mod scaler;
 mod scaling;
-mod static_scale;
 mod unscale;
 
 pub use clip::{GlobalNormClip, global_grad_norm};
 #[cfg(feature = "collective")]
 pub use collective::{all_peers_finite, sum_over_peers};
-pub use config::{LossScaleConfig, UpdateRule};
-pub use dynamic::DynamicLossScale;
-pub use error::{StateError, StepError};
-pub use invalid::LossScaleError;
+pub use error::StepError;
 pub use keep_dtype::apply_gradients;
-pub use limits::MIN_SCALE;
-pub use loss_scale::LossScale;
-pub use noop::NoOpLossScale;
-pub use outcome::{ScalerStats, StepAction, StepOutcome};
-pub use preset::LossScalePreset;
-pub use record::{LossScaleKind, LossScalerRecord, MAX_STATE_FILE_BYTES, RECORD_FORMAT_VERSION};
+pub use record::LossScalerRecord;
 pub use replicas::{all_replicas_finite, combine_finite_flags};
 pub use scaler::{CheckedGrads, LossScaler};
 pub use scaling::LossScaling;
-pub use static_scale::StaticLossScale;
 pub use unscale::{UnscaledGrads, cast_grads_to_param_dtype, unscale_grads};
+
+// The rules without tensors live once, in burn-mpric-core, for both editions.
+pub use burn_mpric_core::scale::{
+    DynamicLossScale, LossScale, LossScaleConfig, LossScaleError, LossScaleKind, LossScalePreset,
+    MAX_STATE_FILE_BYTES, MIN_SCALE, NoOpLossScale, RECORD_FORMAT_VERSION, ScalerRecord,
+    ScalerState, ScalerStats, StateError, StaticLossScale, StepAction, StepOutcome, UpdateRule,
+};

@@ -6,16 +6,17 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{FloatDType, Tensor};
 
 use crate::clip::{GlobalNormClip, GradSquares, global_norm_from_squares, grad_squares_of_sum};
-use crate::config::LossScaleConfig;
 use crate::error::StepError;
-use crate::invalid::LossScaleError;
 use crate::keep_dtype::{apply_gradients, keeping_dtypes};
-use crate::loss_scale::LossScale;
-use crate::outcome::{ScalerStats, StepAction, StepOutcome};
 use crate::read::read_step_values;
 use crate::replicas::combine_finite_flags;
 use crate::scaling::LossScaling;
 use crate::unscale::{UnscaledGrads, unscale_grads_with_norm};
+use burn_mpric_core::scale::LossScale;
+use burn_mpric_core::scale::LossScaleConfig;
+use burn_mpric_core::scale::LossScaleError;
+use burn_mpric_core::scale::{ClipNorm, LossScalePreset, ScalerState};
+use burn_mpric_core::scale::{ScalerStats, StepOutcome};
 
 /// Loss scaling as a gradients transform around any Burn [`Optimizer`].
 ///
@@ -64,9 +65,9 @@ use crate::unscale::{UnscaledGrads, unscale_grads_with_norm};
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LossScaler {
-    loss_scale: LossScale,
-    clip: Option<GlobalNormClip>,
-    stats: ScalerStats,
+    // Every decision (skip, next scale, counters) is burn-mpric-core's, shared with the
+    // Burn 0.22 edition; this type adds the tensor work.
+    core: ScalerState,
 }
 
 impl Default for LossScaler {
@@ -88,23 +89,36 @@ impl LossScaler {
     /// assert_eq!(scaler.scale(), 256.0);
     /// ```
     pub fn new(loss_scale: impl Into<LossScale>) -> Self {
-        Self {
-            loss_scale: loss_scale.into(),
-            clip: None,
-            stats: ScalerStats::default(),
-        }
+        ScalerState::new(loss_scale).into()
     }
 
-    pub(crate) fn from_state(
-        loss_scale: LossScale,
-        clip: Option<GlobalNormClip>,
-        stats: ScalerStats,
-    ) -> Self {
-        Self {
-            loss_scale,
-            clip,
-            stats,
-        }
+    /// The Burn-free state this scaler decides with (burn-mpric-core's [`ScalerState`]).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_scale::LossScaler;
+    ///
+    /// assert_eq!(LossScaler::fixed(8.0).unwrap().core().scale(), 8.0);
+    /// ```
+    pub fn core(&self) -> &ScalerState {
+        &self.core
+    }
+
+    /// The scaler a preset stands for, when computation runs in f16 (`f16_compute`) or not
+    /// ([`LossScalePreset::loss_scale`]: `auto` is dynamic for f16 and none otherwise).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_scale::{LossScalePreset, LossScaler};
+    ///
+    /// assert_eq!(LossScaler::from_preset(LossScalePreset::Auto, true).unwrap().scale(), 32768.0);
+    /// assert_eq!(LossScaler::from_preset(LossScalePreset::Torch, false).unwrap().scale(), 65536.0);
+    /// assert!(LossScaler::from_preset(LossScalePreset::Static(0.0), true).is_err());
+    /// ```
+    pub fn from_preset(preset: LossScalePreset, f16_compute: bool) -> Result<Self, LossScaleError> {
+        ScalerState::from_preset(preset, f16_compute).map(Self::from)
     }
 
     /// A dynamic scaler; the configuration is validated.
@@ -173,7 +187,7 @@ impl LossScaler {
     /// assert_eq!(LossScaler::noop().with_clip(Some(clip)).clip(), Some(clip));
     /// ```
     pub fn with_clip(mut self, clip: Option<GlobalNormClip>) -> Self {
-        self.clip = clip;
+        self.core = self.core.with_clip(clip.map(GlobalNormClip::rule));
         self
     }
 
@@ -187,7 +201,7 @@ impl LossScaler {
     /// assert!(LossScaler::noop().clip().is_none());
     /// ```
     pub fn clip(&self) -> Option<GlobalNormClip> {
-        self.clip
+        self.core.clip().map(GlobalNormClip::from)
     }
 
     /// The loss scale's state: its kind, its value and (for a dynamic scale) its counters.
@@ -201,7 +215,7 @@ impl LossScaler {
     /// assert!(LossScaler::default().state().as_dynamic().is_some());
     /// ```
     pub fn state(&self) -> &LossScale {
-        &self.loss_scale
+        self.core.loss_scale()
     }
 
     /// The current scale `S` (the one the next step uses).
@@ -214,7 +228,7 @@ impl LossScaler {
     /// assert_eq!(LossScaler::default().scale(), 32768.0);
     /// ```
     pub fn scale(&self) -> f32 {
-        self.loss_scale.loss_scale()
+        self.core.scale()
     }
 
     /// The running counters.
@@ -227,7 +241,7 @@ impl LossScaler {
     /// assert_eq!(LossScaler::default().stats().steps, 0);
     /// ```
     pub fn stats(&self) -> ScalerStats {
-        self.stats
+        self.core.stats()
     }
 
     /// Multiplies the loss by `S` (after casting it to f32) before backward; see
@@ -247,7 +261,7 @@ impl LossScaler {
     /// assert_eq!(scaled.into_scalar(), 131072.0);
     /// ```
     pub fn scale_loss<B: Backend, const D: usize>(&self, loss: Tensor<B, D>) -> Tensor<B, D> {
-        self.loss_scale.scale(loss)
+        self.state().scale(loss)
     }
 
     /// Casts, unscales and checks all gradients of `module` with the current scale; see
@@ -274,7 +288,7 @@ impl LossScaler {
         module: &M,
         grads: GradientsParams,
     ) -> Result<UnscaledGrads<B::InnerBackend>, StepError> {
-        self.loss_scale.unscale_grads::<B, M>(module, grads)
+        self.state().unscale_grads::<B, M>(module, grads)
     }
 
     /// Records a step whose gradients were finite or not: updates the scale and the counters and
@@ -294,21 +308,7 @@ impl LossScaler {
     /// assert_eq!(scaler.scale(), 8.0);
     /// ```
     pub fn update(&mut self, grads_finite: bool) -> StepOutcome {
-        let scale_used = self.scale();
-        self.loss_scale = self.loss_scale.adjust(grads_finite);
-        self.stats = self.stats.record(grads_finite);
-        StepOutcome {
-            action: if grads_finite {
-                StepAction::Applied
-            } else {
-                StepAction::Skipped
-            },
-            scale_used,
-            next_scale: self.scale(),
-            loss: None,
-            grad_norm: None,
-            stats: self.stats,
-        }
+        self.core.update(grads_finite)
     }
 
     /// [`update`](Self::update) after [`check`](Self::check): updates the scale by the
@@ -523,7 +523,7 @@ impl LossScaler {
         // One shard with clipping: the sums of squares come from the same reduction as the
         // check, and decide finiteness on their own (a NaN or infinite element makes its
         // gradient's sum NaN or infinite).
-        let fused_norm = self.clip.is_some() && shards.len() == 1;
+        let fused_norm = self.clip().is_some() && shards.len() == 1;
         let unscaled = shards
             .into_iter()
             .map(|grads| {
@@ -548,7 +548,7 @@ impl LossScaler {
                 (flag, Vec::new())
             }
         };
-        let squares = match (self.clip, fused_norm) {
+        let squares = match (self.clip(), fused_norm) {
             (None, _) => None,
             (Some(_), true) => unscaled[0].squares(),
             (Some(_), false) => {
@@ -567,7 +567,7 @@ impl LossScaler {
             .collect();
         let mut finite = values.finite;
         let mut grad_norm = None;
-        if let (Some(clip), Some(squares)) = (self.clip, values.squares) {
+        if let (Some(clip), Some(squares)) = (self.clip(), values.squares) {
             let norm = if finite {
                 let shards: Vec<&GradientsParams> = grads.iter().collect();
                 global_norm_from_squares::<B, M>(module, &shards, &squares, &groups)?
@@ -577,17 +577,9 @@ impl LossScaler {
             } else {
                 f64::INFINITY
             };
-            // A norm that is not finite, or not representable in f32, would clip every
-            // gradient to zero (or to NaN): the step counts as non-finite instead.
-            let representable = norm.is_finite() && norm <= f64::from(f32::MAX);
-            finite &= representable;
-            grad_norm = Some(if norm.is_nan() {
-                f32::NAN
-            } else if representable {
-                norm as f32
-            } else {
-                f32::INFINITY
-            });
+            let (still_finite, reported) = ClipNorm::judge(finite, norm);
+            finite = still_finite;
+            grad_norm = Some(reported);
             if finite {
                 grads = grads
                     .into_iter()
@@ -598,9 +590,7 @@ impl LossScaler {
         Ok(Shards {
             grads,
             finite,
-            loss: values
-                .loss
-                .map(|loss| (f64::from(loss) / f64::from(scale_used)) as f32),
+            loss: values.loss.map(|loss| self.core.unscale_loss(loss)),
             grad_norm,
         })
     }
@@ -732,4 +722,11 @@ struct Shards {
     finite: bool,
     loss: Option<f32>,
     grad_norm: Option<f32>,
+}
+
+impl From<ScalerState> for LossScaler {
+    /// The scaler that decides with this state (a preset's, a restored record's, ...).
+    fn from(core: ScalerState) -> Self {
+        Self { core }
+    }
 }

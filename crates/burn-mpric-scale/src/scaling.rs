@@ -8,12 +8,12 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{FloatDType, Tensor};
 
 use crate::dtype::{float_dtype, inverse_of, mul_in_compute};
-use crate::dynamic::DynamicLossScale;
 use crate::error::StepError;
-use crate::loss_scale::LossScale;
-use crate::noop::NoOpLossScale;
-use crate::static_scale::StaticLossScale;
 use crate::unscale::{UnscaledGrads, unscale_grads};
+use burn_mpric_core::scale::DynamicLossScale;
+use burn_mpric_core::scale::LossScale;
+use burn_mpric_core::scale::NoOpLossScale;
+use burn_mpric_core::scale::StaticLossScale;
 
 /// What every loss scale offers: its current value, the functional update, and the tensor
 /// transforms built on them (jmp's `scale` / `unscale` / `adjust`).

@@ -5,7 +5,8 @@ use std::sync::{Arc, Mutex};
 
 use burn_backend::{Backend, DeviceId, DeviceOps};
 
-use crate::rules::{DeviceRules, MpSettings, Precision, ResolvedPolicy};
+use crate::ResolvedPolicy;
+use crate::rules::{DeviceRules, MpSettings, Precision};
 use crate::{Policy, PolicyError};
 
 /// The device of a [`MixedPrecision`](crate::MixedPrecision) backend: the inner backend's
@@ -98,9 +99,9 @@ impl<B: Backend> Default for MpDevice<B> {
     fn default() -> Self {
         let inner = B::Device::default();
         let mixed_half = Policy::new(
-            burn::tensor::FloatDType::F32,
+            crate::FloatDType::F32,
             crate::PolicyDType::Half,
-            burn::tensor::FloatDType::F32,
+            crate::FloatDType::F32,
         );
         Self::new(inner.clone(), mixed_half)
             .or_else(|_| Self::new(inner, Policy::F32))

@@ -16,10 +16,14 @@ pub use device::MpDevice;
 pub use handler::{
     Castable, HandlerError, LossScaleSetting, ModuleParams, PrecisionHandler, TrainStepOutput,
 };
-pub use policy::{Policy, PolicyDType, PolicyError, dtype_name};
-pub use rules::{
-    MpSettings, Op, OpCategory, ResolvedPolicy, UnknownName, full_precision, half_dtype,
+// The policy, its grammar and the op table are burn-mpric-core's, shared with the Burn 0.22
+// edition; `policy` bridges their dtypes to Burn 0.21's.
+pub use burn_mpric_core::{
+    FloatDType, Op, OpCategory, Policy, PolicyDType, PolicyError, ResolvedPolicy, UnknownName,
+    dtype_name,
 };
+pub use policy::{BurnDType, ResolveOnDevice, half_dtype, supported_float_dtypes};
+pub use rules::{MpSettings, full_precision};
 pub use tensor::{MpBool, MpFloat, MpInt, MpQuant, casts_made};
 
 /// Casts every gradient of a module to its parameter's dtype: under mixed precision,

@@ -155,7 +155,7 @@ impl<B: Backend> MpFloat<B> {
         let inner = match value {
             Some(value)
                 if (cached || matches!(value.fact, Fact::Input))
-                    && target == precision.0.policy.compute() =>
+                    && target == precision.0.dtypes.compute =>
             {
                 value
                     .compute_cast

@@ -2,8 +2,8 @@
 
 use burn::backend::{Flex, NdArray};
 use burn::config::Config;
-use burn::tensor::FloatDType::{self, BF16, F16, F32, F64};
-use burn_mpric::{Policy, PolicyDType, PolicyError, ResolvedPolicy};
+use burn_mpric::FloatDType::{self, BF16, F16, F32, F64};
+use burn_mpric::{BurnDType, Policy, PolicyDType, PolicyError, ResolveOnDevice, ResolvedPolicy};
 use proptest::prelude::*;
 
 fn parse(text: &str) -> Result<Policy, PolicyError> {
@@ -281,7 +281,7 @@ fn only_a_device_turns_half_into_a_dtype() {
         .unwrap()
         .resolve::<Flex>(&Default::default());
     assert_eq!(
-        on_flex.map(|r| r.compute()),
+        on_flex.map(|r| r.compute().to_burn()),
         Ok(burn_mpric::half_dtype::<Flex>(&Default::default()))
     );
     // A resolved policy keeps its text form, and its serde form is that text.

@@ -42,9 +42,11 @@ fn f16_compute_on_wgpu_matches_cast_then_matmul_and_mixed_adds_are_promoted() {
 
 #[test]
 fn bf16_on_an_adapter_without_it_is_a_configuration_error() {
-    let bf16 = FloatDType::BF16;
-    let supported =
-        <Wgpu as burn::tensor::backend::Backend>::supports_dtype(&Default::default(), bf16.into());
+    let bf16 = burn_mpric::FloatDType::BF16;
+    let supported = <Wgpu as burn::tensor::backend::Backend>::supports_dtype(
+        &Default::default(),
+        FloatDType::BF16.into(),
+    );
     let result = Mp::device(Default::default(), "mixed_bf16".parse::<Policy>().unwrap());
     eprintln!("bf16 supported by this adapter: {supported}");
     if supported {
@@ -55,7 +57,7 @@ fn bf16_on_an_adapter_without_it_is_a_configuration_error() {
                 dtype, supported, ..
             }) => {
                 assert_eq!(dtype, bf16);
-                assert!(supported.contains(&FloatDType::F32));
+                assert!(supported.contains(&burn_mpric::FloatDType::F32));
             }
             other => panic!("expected a configuration error, got {other:?}"),
         }

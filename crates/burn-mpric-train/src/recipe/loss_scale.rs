@@ -263,14 +263,14 @@ impl LossScaleSpec {
     ) -> Result<LossScaler, RecipeError> {
         let scaler = match self {
             LossScaleSpec::Preset(preset) => {
-                preset
-                    .scaler(policy.computes_in_f16())
-                    .map_err(|err| match preset {
+                LossScaler::from_preset(*preset, policy.computes_in_f16()).map_err(|err| {
+                    match preset {
                         LossScalePreset::Static(_) => {
                             RecipeError::new("loss_scale", err.to_string())
                         }
                         _ => field_of(err),
-                    })?
+                    }
+                })?
             }
             LossScaleSpec::Table(table) => {
                 LossScaler::dynamic(table.config()?).map_err(field_of)?

@@ -34,8 +34,7 @@ pub use optimizer::{AdamSettings, OptimizerConfig, SgdSettings};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use burn::tensor::FloatDType;
-use burn_mpric::{Policy, PolicyDType};
+use burn_mpric::{FloatDType, Policy, PolicyDType};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 

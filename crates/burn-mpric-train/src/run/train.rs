@@ -12,7 +12,7 @@ use burn::optim::{GradientsAccumulator, GradientsParams, Optimizer};
 use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Tensor};
 use burn_mpric::scale::LossScaler;
-use burn_mpric::{MixedPrecision, MpDevice, Policy, ResolvedPolicy};
+use burn_mpric::{BurnDType, FloatDType, MixedPrecision, MpDevice, Policy, ResolvedPolicy};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::backend::dispatch;
@@ -533,7 +533,8 @@ where
                         steps: rows.clone(),
                         eval: evals.clone(),
                     };
-                    match checkpoint::save(output, &model, &optim, &state, policy.param()) {
+                    match checkpoint::save(output, &model, &optim, &state, policy.param().to_burn())
+                    {
                         Err(Error::Diverged { step, reason, .. }) => {
                             bar.finish_and_clear();
                             write_reports(plan, policy, &rows, &evals, &title)?;
@@ -603,10 +604,10 @@ where
 /// one to within f16 rounding rather than bit for bit. f32 params restore bit for bit.
 fn optimizer_state_device<B: Backend>(device: &MpDevice<B>) -> Result<MpDevice<B>, Error> {
     let policy = device.policy();
-    if policy.param() == burn::tensor::FloatDType::F32 {
+    if policy.param() == FloatDType::F32 {
         return Ok(device.clone());
     }
-    let wide = Policy::from(policy).with_param(burn::tensor::FloatDType::F32);
+    let wide = Policy::from(policy).with_param(FloatDType::F32);
     MixedPrecision::<B>::device(device.inner().clone(), wide)
         .map_err(|e| Error::Internal(format!("the optimizer-state device: {e}")))
 }

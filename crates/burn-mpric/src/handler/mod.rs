@@ -12,6 +12,7 @@ use burn_mpric_scale::{
 
 pub use cast::{Castable, ModuleParams};
 
+use crate::policy::BurnDType;
 use crate::{MpDevice, PolicyError, ResolvedPolicy};
 
 /// Casts values by a [`ResolvedPolicy`] and runs training steps with loss scaling.
@@ -126,7 +127,7 @@ impl PrecisionHandler {
     ///
     /// ```
     /// use burn::backend::Flex;
-    /// use burn_mpric::{Policy, PrecisionHandler, ResolvedPolicy};
+    /// use burn_mpric::{Policy, PrecisionHandler, ResolveOnDevice, ResolvedPolicy};
     ///
     /// let h = PrecisionHandler::new("mixed_bf16".parse::<ResolvedPolicy>().unwrap());
     /// assert_eq!(h.scaler().scale(), 1.0);
@@ -137,8 +138,7 @@ impl PrecisionHandler {
     /// assert_eq!(PrecisionHandler::new(half).scaler().scale(), 1.0);
     /// ```
     pub fn new(policy: ResolvedPolicy) -> Self {
-        let scaler = LossScalePreset::Auto
-            .scaler(policy.computes_in_f16())
+        let scaler = LossScaler::from_preset(LossScalePreset::Auto, policy.computes_in_f16())
             .expect("the default loss-scale configuration is valid");
         Self { policy, scaler }
     }
@@ -180,7 +180,9 @@ impl PrecisionHandler {
         loss_scale: impl Into<LossScaleSetting>,
     ) -> Result<Self, HandlerError> {
         let scaler = match loss_scale.into() {
-            LossScaleSetting::Preset(preset) => preset.scaler(policy.computes_in_f16())?,
+            LossScaleSetting::Preset(preset) => {
+                LossScaler::from_preset(preset, policy.computes_in_f16())?
+            }
             LossScaleSetting::Config(config) => LossScaler::dynamic(config)?,
             LossScaleSetting::Scaler(scaler) => scaler,
         };
@@ -266,7 +268,7 @@ impl PrecisionHandler {
     /// assert_eq!(h.cast_for_compute(x).dtype(), DType::BF16);
     /// ```
     pub fn cast_for_compute<B: Backend, T: Castable<B>>(&self, x: T) -> T {
-        x.cast_floats(self.policy.compute())
+        x.cast_floats(self.policy.compute().to_burn())
     }
 
     /// Casts the float tensors of `x` to the output dtype.
@@ -281,7 +283,7 @@ impl PrecisionHandler {
     /// assert_eq!(h.cast_for_output(y).dtype(), DType::F32);
     /// ```
     pub fn cast_for_output<B: Backend, T: Castable<B>>(&self, x: T) -> T {
-        x.cast_floats(self.policy.output())
+        x.cast_floats(self.policy.output().to_burn())
     }
 
     /// Casts every float parameter of `module` to the param dtype.
@@ -298,7 +300,9 @@ impl PrecisionHandler {
     /// assert_eq!(h.cast_params(half).weight.val().dtype(), DType::F32);
     /// ```
     pub fn cast_params<B: Backend, M: burn::module::Module<B>>(&self, module: M) -> M {
-        ModuleParams(module).cast_floats(self.policy.param()).0
+        ModuleParams(module)
+            .cast_floats(self.policy.param().to_burn())
+            .0
     }
 
     /// Wraps an inference function: inputs are cast to the compute dtype, outputs to the
@@ -325,7 +329,9 @@ impl PrecisionHandler {
         F: Fn(I) -> O,
     {
         let policy = self.policy;
-        move |input| f(input.cast_floats(policy.compute())).cast_floats(policy.output())
+        move |input| {
+            f(input.cast_floats(policy.compute().to_burn())).cast_floats(policy.output().to_burn())
+        }
     }
 
     /// One training step: runs `loss_fn`, multiplies the loss by the current scale (at f32)

@@ -32,7 +32,7 @@ macro_rules! forward_ops {
     (@cast category $op:ident ; $precision:ident ; $($arg:ident),*) => {
         let mut inputs = $crate::rules::InputDTypes::default();
         $( $crate::ops::args::Arg::<B>::collect(&$arg, &mut inputs); )*
-        let target = $precision.0.target($crate::rules::Op::$op, &inputs);
+        let target = $precision.0.target($crate::Op::$op, &inputs);
         $( let $arg = $crate::ops::args::Arg::<B>::cast(
             $arg,
             target,

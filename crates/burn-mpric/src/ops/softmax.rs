@@ -36,7 +36,7 @@ use burn_backend::{Backend, IntDType, TensorMetadata};
 use burn_std::{bf16, f16};
 
 use super::args::{Arg, float_dtype};
-use crate::rules::Op;
+use crate::Op;
 use crate::rules::{InputDTypes, Precision};
 use crate::tensor::{Fact, MpFloat, MpInt};
 
@@ -73,7 +73,7 @@ fn store_bounded<B: Backend>(
     tensor: MpFloat<B>,
     sum: Option<(usize, B::FloatTensorPrimitive)>,
 ) -> MpFloat<B> {
-    let compute = Some(tensor.precision.0.policy.compute());
+    let compute = Some(tensor.precision.0.dtypes.compute);
     let stored = Arg::<B>::cast(tensor, compute, false);
     MpFloat::with_fact(stored.inner, stored.precision, Fact::UnitInterval { sum })
 }
@@ -176,7 +176,7 @@ pub(crate) fn float_div<B: Backend>(lhs: MpFloat<B>, rhs: MpFloat<B>) -> MpFloat
             .0
             .stores_bounded_at_compute(Op::Div, float_dtype(&lhs.inner));
     if let (true, Some(terms)) = (normalizes, terms) {
-        let compute = lhs.precision.0.policy.compute();
+        let compute = lhs.precision.0.dtypes.compute;
         if terms as f64 <= normal_range(compute).0 {
             let rhs = Arg::<B>::cast(rhs, Some(compute), false);
             let quotient = B::float_div(lhs.inner, rhs.inner);
@@ -197,7 +197,7 @@ pub(crate) fn float_recip<B: Backend>(tensor: MpFloat<B>) -> MpFloat<B> {
             at_least_one: true,
             ..
         }) => {
-            let compute = tensor.precision.0.policy.compute();
+            let compute = tensor.precision.0.dtypes.compute;
             1.0 / *terms as f64 >= normal_range(compute).1
                 && tensor
                     .precision

@@ -3,8 +3,8 @@
 
 use std::cell::Cell;
 
-use super::op_table::{Op, OpCategory};
 use crate::Policy;
+use crate::{Op, OpCategory};
 
 /// What a [`MixedPrecision`](crate::MixedPrecision) device does: a [`Policy`], optional
 /// per-op category overrides, and an optional "pure" mode.

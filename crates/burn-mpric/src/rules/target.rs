@@ -6,21 +6,30 @@ use std::sync::Arc;
 use burn::tensor::FloatDType;
 use burn::tensor::backend::Backend;
 
-use super::op_table::{Op, OpCategory};
-use super::resolved::ResolvedPolicy;
 use super::settings::{MpSettings, in_full_precision_scope};
-use crate::PolicyError;
+use crate::policy::{BurnDType, ResolveOnDevice};
+use crate::{Op, OpCategory, PolicyError, ResolvedPolicy};
 
 /// Settings checked against a device, with the op table flattened for O(1) lookups.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct DeviceRules {
     pub(crate) settings: MpSettings,
     pub(crate) policy: ResolvedPolicy,
+    /// The policy's dtypes as Burn 0.21 names them: what every op compares and casts to.
+    pub(crate) dtypes: Dtypes,
     categories: [OpCategory; Op::COUNT],
 }
 
 /// The resolved settings every tensor of a [`MixedPrecision`](crate::MixedPrecision) backend
 /// carries: cheap to clone, compared by value.
+/// A resolved policy's three dtypes in Burn 0.21's terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Dtypes {
+    pub(crate) param: FloatDType,
+    pub(crate) compute: FloatDType,
+    pub(crate) output: FloatDType,
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct Precision(pub(crate) Arc<DeviceRules>);
 
@@ -108,6 +117,11 @@ impl DeviceRules {
         Ok(Self {
             settings: settings.with_policy(policy.into()),
             policy,
+            dtypes: Dtypes {
+                param: policy.param().to_burn(),
+                compute: policy.compute().to_burn(),
+                output: policy.output().to_burn(),
+            },
             categories,
         })
     }
@@ -125,18 +139,13 @@ impl DeviceRules {
     pub(crate) fn stores_bounded_at_compute(&self, op: Op, input: FloatDType) -> bool {
         self.lowers()
             && !self.settings.full_precision_softmax
-            && input == self.policy.compute()
+            && input == self.dtypes.compute
             && self.categories[op.index()] == op.default_category()
             && !in_full_precision_scope()
     }
 
     fn precision_key(&self) -> [u8; 3] {
-        [
-            self.policy.compute(),
-            self.policy.param(),
-            self.policy.output(),
-        ]
-        .map(precision_rank)
+        [self.dtypes.compute, self.dtypes.param, self.dtypes.output].map(precision_rank)
     }
 
     /// The dtype a float tensor of `dtype` is read at by the host: a tensor at the compute
@@ -144,8 +153,8 @@ impl DeviceRules {
     /// parameter, or an explicit cast by the user) as it is. At the identity policy nothing
     /// changes.
     pub(crate) fn host_dtype(&self, dtype: FloatDType) -> FloatDType {
-        if dtype == self.policy.compute() {
-            self.policy.output()
+        if dtype == self.dtypes.compute {
+            self.dtypes.output
         } else {
             dtype
         }
@@ -159,10 +168,8 @@ impl DeviceRules {
             category = OpCategory::FullPrecision;
         }
         Some(match category {
-            OpCategory::Compute => self.policy.compute(),
-            OpCategory::FullPrecision => {
-                widest(widest(FloatDType::F32, self.policy.param()), input)
-            }
+            OpCategory::Compute => self.dtypes.compute,
+            OpCategory::FullPrecision => widest(widest(FloatDType::F32, self.dtypes.param), input),
             OpCategory::Promote => input,
         })
     }
@@ -171,7 +178,7 @@ impl DeviceRules {
     /// float dtype when the user named none, and that request means "the param dtype".
     pub(crate) fn creation_dtype(&self, requested: FloatDType, default: FloatDType) -> FloatDType {
         if requested == default {
-            self.policy.param()
+            self.dtypes.param
         } else {
             requested
         }

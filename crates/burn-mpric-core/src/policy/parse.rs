@@ -14,7 +14,7 @@
 
 use core::str::FromStr;
 
-use burn::tensor::FloatDType;
+use crate::FloatDType;
 
 use super::dtype::{Lookup, PolicyDType, lookup};
 use super::{Policy, PolicyError};

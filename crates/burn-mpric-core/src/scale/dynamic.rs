@@ -1,12 +1,12 @@
 //! The dynamic loss scale: a functional state machine over finite / non-finite steps.
 
-use crate::config::{LossScaleConfig, UpdateRule};
-use crate::invalid::LossScaleError;
+use super::config::{LossScaleConfig, UpdateRule};
+use super::invalid::LossScaleError;
 
 /// A dynamic loss scale as an immutable value: [`adjust`](Self::adjust) returns the next state.
 ///
 /// The state is the current scale (always a finite f32 of at least
-/// [`MIN_SCALE`](crate::MIN_SCALE)), the growth counter (consecutive finite steps since the last
+/// [`MIN_SCALE`](crate::scale::MIN_SCALE)), the growth counter (consecutive finite steps since the last
 /// overflow or growth), the hysteresis tracker, and the validated [`LossScaleConfig`].
 ///
 /// Arithmetic follows PyTorch: the new scale is computed in f64 and rounded to f32 once. A growth
@@ -16,7 +16,7 @@ use crate::invalid::LossScaleError;
 /// # Example
 ///
 /// ```
-/// use burn_mpric_scale::LossScaleConfig;
+/// use burn_mpric_core::scale::LossScaleConfig;
 ///
 /// // eformer's test: period 2, factor 2, from 4.0.
 /// let config = LossScaleConfig::new().with_initial_scale(4.0).with_growth_interval(2);
@@ -43,7 +43,7 @@ impl DynamicLossScale {
     /// # Example
     ///
     /// ```
-    /// use burn_mpric_scale::{DynamicLossScale, LossScaleConfig};
+    /// use burn_mpric_core::scale::{DynamicLossScale, LossScaleConfig};
     ///
     /// let s = DynamicLossScale::new(LossScaleConfig::megatron()).unwrap();
     /// assert_eq!(s.hysteresis_left(), 2);
@@ -65,7 +65,7 @@ impl DynamicLossScale {
     /// # Example
     ///
     /// ```
-    /// use burn_mpric_scale::{DynamicLossScale, LossScaleConfig};
+    /// use burn_mpric_core::scale::{DynamicLossScale, LossScaleConfig};
     ///
     /// let config = LossScaleConfig::new().with_growth_interval(10);
     /// let s = DynamicLossScale::from_parts(1024.0, 7, 1, config).unwrap();
@@ -110,7 +110,7 @@ impl DynamicLossScale {
     /// # Example
     ///
     /// ```
-    /// use burn_mpric_scale::LossScaleConfig;
+    /// use burn_mpric_core::scale::LossScaleConfig;
     ///
     /// assert_eq!(LossScaleConfig::new().init().unwrap().loss_scale(), 32768.0);
     /// ```
@@ -124,7 +124,7 @@ impl DynamicLossScale {
     /// # Example
     ///
     /// ```
-    /// use burn_mpric_scale::LossScaleConfig;
+    /// use burn_mpric_core::scale::LossScaleConfig;
     ///
     /// let s = LossScaleConfig::new().init().unwrap().adjust(true);
     /// assert_eq!(s.counter(), 1);
@@ -139,7 +139,7 @@ impl DynamicLossScale {
     /// # Example
     ///
     /// ```
-    /// use burn_mpric_scale::LossScaleConfig;
+    /// use burn_mpric_core::scale::LossScaleConfig;
     ///
     /// let s = LossScaleConfig::megatron().init().unwrap().adjust(false);
     /// assert_eq!(s.hysteresis_left(), 1);
@@ -154,7 +154,7 @@ impl DynamicLossScale {
     /// # Example
     ///
     /// ```
-    /// use burn_mpric_scale::LossScaleConfig;
+    /// use burn_mpric_core::scale::LossScaleConfig;
     ///
     /// let s = LossScaleConfig::flax().init().unwrap();
     /// assert_eq!(*s.config(), LossScaleConfig::flax());
@@ -168,7 +168,7 @@ impl DynamicLossScale {
     /// # Example
     ///
     /// ```
-    /// use burn_mpric_scale::LossScaleConfig;
+    /// use burn_mpric_core::scale::LossScaleConfig;
     ///
     /// let s = LossScaleConfig::new().with_initial_scale(2.0).init().unwrap();
     /// // Backoff stops at min_scale (1.0) and never reaches 0.
@@ -254,7 +254,7 @@ impl LossScaleConfig {
     /// # Example
     ///
     /// ```
-    /// use burn_mpric_scale::LossScaleConfig;
+    /// use burn_mpric_core::scale::LossScaleConfig;
     ///
     /// let scale = LossScaleConfig::new().with_initial_scale(128.0).init().unwrap();
     /// assert_eq!((scale.loss_scale(), scale.counter()), (128.0, 0));

@@ -2,15 +2,15 @@
 
 use core::fmt;
 
-use burn::tensor::FloatDType;
+use crate::FloatDType;
 
-/// One slot of a [`Policy`](crate::Policy): a concrete Burn float dtype, or `half`, which
+/// One slot of a [`Policy`](crate::Policy): a concrete float dtype, or `half`, which
 /// stands for "the device's preferred 16-bit float" until the policy is resolved against a
 /// device (bf16 where the device supports it, else f16).
 ///
 /// ```
-/// use burn::tensor::FloatDType;
-/// use burn_mpric::PolicyDType;
+/// use burn_mpric_core::FloatDType;
+/// use burn_mpric_core::PolicyDType;
 ///
 /// let d: PolicyDType = "bfloat16".parse().unwrap();
 /// assert_eq!(d, PolicyDType::Float(FloatDType::BF16));
@@ -21,7 +21,7 @@ use burn::tensor::FloatDType;
 pub enum PolicyDType {
     /// A concrete float dtype.
     Float(FloatDType),
-    /// The device's preferred 16-bit float, chosen by [`Policy::resolve`](crate::Policy::resolve).
+    /// The device's preferred 16-bit float, chosen by [`Policy::resolve_with`](crate::Policy::resolve_with).
     Half,
 }
 
@@ -95,8 +95,8 @@ impl PolicyDType {
     /// The concrete dtype, or `None` for an unresolved `half`.
     ///
     /// ```
-    /// use burn::tensor::FloatDType;
-    /// use burn_mpric::PolicyDType;
+    /// use burn_mpric_core::FloatDType;
+    /// use burn_mpric_core::PolicyDType;
     ///
     /// assert_eq!(PolicyDType::Float(FloatDType::F16).float(), Some(FloatDType::F16));
     /// assert_eq!(PolicyDType::Half.float(), None);
@@ -111,8 +111,8 @@ impl PolicyDType {
     /// Replaces `half` with the given dtype; concrete dtypes are kept.
     ///
     /// ```
-    /// use burn::tensor::FloatDType;
-    /// use burn_mpric::PolicyDType;
+    /// use burn_mpric_core::FloatDType;
+    /// use burn_mpric_core::PolicyDType;
     ///
     /// assert_eq!(PolicyDType::Half.resolve_half(FloatDType::BF16), FloatDType::BF16);
     /// assert_eq!(PolicyDType::Float(FloatDType::F32).resolve_half(FloatDType::BF16), FloatDType::F32);
@@ -124,8 +124,8 @@ impl PolicyDType {
     /// Canonical short name, as written by `Display` (`f16`, `bf16`, `f32`, `f64`, `flex32`, `half`).
     ///
     /// ```
-    /// use burn::tensor::FloatDType;
-    /// use burn_mpric::PolicyDType;
+    /// use burn_mpric_core::FloatDType;
+    /// use burn_mpric_core::PolicyDType;
     ///
     /// assert_eq!(PolicyDType::from(FloatDType::F64).name(), "f64");
     /// ```
@@ -153,9 +153,9 @@ impl fmt::Display for PolicyDType {
 /// Canonical short name of a Burn float dtype (`f16`, `bf16`, `f32`, `f64`, `flex32`).
 ///
 /// ```
-/// use burn::tensor::FloatDType;
+/// use burn_mpric_core::FloatDType;
 ///
-/// assert_eq!(burn_mpric::dtype_name(FloatDType::BF16), "bf16");
+/// assert_eq!(burn_mpric_core::dtype_name(FloatDType::BF16), "bf16");
 /// ```
 pub fn dtype_name(dtype: FloatDType) -> &'static str {
     PolicyDType::Float(dtype).name()

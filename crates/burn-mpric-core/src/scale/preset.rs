@@ -6,9 +6,9 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer, de};
 
-use crate::config::LossScaleConfig;
-use crate::invalid::LossScaleError;
-use crate::scaler::LossScaler;
+use super::config::LossScaleConfig;
+use super::invalid::LossScaleError;
+use super::loss_scale::LossScale;
 
 /// A named loss-scale setting.
 ///
@@ -16,7 +16,7 @@ use crate::scaler::LossScaler;
 /// `torch` starts at PyTorch's 2^16.
 ///
 /// ```
-/// use burn_mpric_scale::LossScalePreset;
+/// use burn_mpric_core::scale::LossScalePreset;
 ///
 /// let p: LossScalePreset = "static:1024".parse().unwrap();
 /// assert_eq!(p, LossScalePreset::Static(1024.0));
@@ -69,7 +69,7 @@ impl LossScalePreset {
     /// The presets that describe a dynamic scale, in the order messages list them.
     ///
     /// ```
-    /// use burn_mpric_scale::LossScalePreset;
+    /// use burn_mpric_core::scale::LossScalePreset;
     ///
     /// assert!(LossScalePreset::DYNAMIC.iter().all(|p| p.dynamic_config().is_some()));
     /// assert_eq!(LossScalePreset::DYNAMIC.len(), 8);
@@ -89,7 +89,7 @@ impl LossScalePreset {
     /// `static:<scale>` form.
     ///
     /// ```
-    /// use burn_mpric_scale::LossScalePreset;
+    /// use burn_mpric_core::scale::LossScalePreset;
     ///
     /// let names = LossScalePreset::names();
     /// assert!(names.starts_with("auto, none, dynamic, torch"));
@@ -107,7 +107,7 @@ impl LossScalePreset {
     /// The names of [`DYNAMIC`](Self::DYNAMIC), comma-separated.
     ///
     /// ```
-    /// use burn_mpric_scale::LossScalePreset;
+    /// use burn_mpric_core::scale::LossScalePreset;
     ///
     /// assert!(LossScalePreset::dynamic_names().starts_with("dynamic, torch, jmp"));
     /// ```
@@ -122,7 +122,7 @@ impl LossScalePreset {
     /// The dynamic configuration of a dynamic preset (`None` for auto, none and static).
     ///
     /// ```
-    /// use burn_mpric_scale::LossScalePreset;
+    /// use burn_mpric_core::scale::LossScalePreset;
     ///
     /// assert_eq!(LossScalePreset::Torch.dynamic_config().unwrap().initial_scale, 65536.0);
     /// assert!(LossScalePreset::None.dynamic_config().is_none());
@@ -143,24 +143,24 @@ impl LossScalePreset {
         })
     }
 
-    /// The scaler this preset describes, for a run whose computation runs in f16
+    /// The loss scale this preset describes, for a run whose computation runs in f16
     /// (`f16_compute`) or not. `auto` is the one place the rule "dynamic scaling when
     /// computation runs in f16, none otherwise" is written.
     ///
     /// ```
-    /// use burn_mpric_scale::LossScalePreset;
+    /// use burn_mpric_core::scale::LossScalePreset;
     ///
-    /// assert_eq!(LossScalePreset::Auto.scaler(true).unwrap().scale(), 32768.0);
-    /// assert_eq!(LossScalePreset::Auto.scaler(false).unwrap().scale(), 1.0);
-    /// assert_eq!(LossScalePreset::Torch.scaler(false).unwrap().scale(), 65536.0);
-    /// assert!(LossScalePreset::Static(0.0).scaler(true).is_err());
+    /// assert_eq!(LossScalePreset::Auto.loss_scale(true).unwrap().loss_scale(), 32768.0);
+    /// assert_eq!(LossScalePreset::Auto.loss_scale(false).unwrap().loss_scale(), 1.0);
+    /// assert_eq!(LossScalePreset::Torch.loss_scale(false).unwrap().loss_scale(), 65536.0);
+    /// assert!(LossScalePreset::Static(0.0).loss_scale(true).is_err());
     /// ```
-    pub fn scaler(&self, f16_compute: bool) -> Result<LossScaler, LossScaleError> {
+    pub fn loss_scale(&self, f16_compute: bool) -> Result<LossScale, LossScaleError> {
         match self {
-            LossScalePreset::Auto if f16_compute => LossScaler::dynamic(LossScaleConfig::new()),
-            LossScalePreset::Auto | LossScalePreset::None => Ok(LossScaler::noop()),
-            LossScalePreset::Static(scale) => LossScaler::fixed(*scale),
-            preset => LossScaler::dynamic(preset.dynamic_config().unwrap_or_default()),
+            LossScalePreset::Auto if f16_compute => LossScale::dynamic(LossScaleConfig::new()),
+            LossScalePreset::Auto | LossScalePreset::None => Ok(LossScale::noop()),
+            LossScalePreset::Static(scale) => LossScale::fixed(*scale),
+            preset => LossScale::dynamic(preset.dynamic_config().unwrap_or_default()),
         }
     }
 }

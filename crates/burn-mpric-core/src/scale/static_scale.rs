@@ -1,17 +1,17 @@
 //! A fixed loss scale.
 
-use crate::invalid::LossScaleError;
-use crate::limits::MIN_SCALE;
+use super::invalid::LossScaleError;
+use super::limits::MIN_SCALE;
 
 /// A loss scale `S` that never changes (jmp `StaticLossScale`, DeepSpeed's static `loss_scale`).
 ///
-/// Non-finite steps are still detected and skipped by a [`LossScaler`](crate::LossScaler); only
+/// Non-finite steps are still detected and skipped by a loss scaler ([`ScalerState`](crate::scale::ScalerState)); only
 /// the scale stays the same.
 ///
 /// # Example
 ///
 /// ```
-/// use burn_mpric_scale::{LossScaling, StaticLossScale};
+/// use burn_mpric_core::scale::StaticLossScale;
 ///
 /// let s = StaticLossScale::new(1024.0).unwrap();
 /// assert_eq!(s.adjust(false).loss_scale(), 1024.0);
@@ -29,7 +29,7 @@ impl StaticLossScale {
     /// # Example
     ///
     /// ```
-    /// use burn_mpric_scale::StaticLossScale;
+    /// use burn_mpric_core::scale::StaticLossScale;
     ///
     /// assert!(StaticLossScale::new(128.0).is_ok());
     /// assert!(StaticLossScale::new(f32::INFINITY).is_err());
@@ -51,7 +51,7 @@ impl StaticLossScale {
     /// # Example
     ///
     /// ```
-    /// assert_eq!(burn_mpric_scale::StaticLossScale::new(4.0).unwrap().loss_scale(), 4.0);
+    /// assert_eq!(burn_mpric_core::scale::StaticLossScale::new(4.0).unwrap().loss_scale(), 4.0);
     /// ```
     pub fn loss_scale(&self) -> f32 {
         self.scale
@@ -62,7 +62,7 @@ impl StaticLossScale {
     /// # Example
     ///
     /// ```
-    /// use burn_mpric_scale::StaticLossScale;
+    /// use burn_mpric_core::scale::StaticLossScale;
     ///
     /// let s = StaticLossScale::new(4.0).unwrap();
     /// assert_eq!(s.adjust(false), s);

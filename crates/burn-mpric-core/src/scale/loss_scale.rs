@@ -1,15 +1,15 @@
 //! [`LossScale`]: one of the three loss scales, chosen at run time.
 
-use crate::dynamic::DynamicLossScale;
-use crate::noop::NoOpLossScale;
-use crate::static_scale::StaticLossScale;
+use super::dynamic::DynamicLossScale;
+use super::noop::NoOpLossScale;
+use super::static_scale::StaticLossScale;
 
 /// One of the three loss scales, chosen at run time (jmp's `LossScale` union).
 ///
 /// # Example
 ///
 /// ```
-/// use burn_mpric_scale::{LossScale, LossScaleConfig};
+/// use burn_mpric_core::scale::{LossScale, LossScaleConfig};
 ///
 /// let dynamic = LossScale::dynamic(LossScaleConfig::new().with_initial_scale(8.0)).unwrap();
 /// assert_eq!(dynamic.adjust(false).loss_scale(), 4.0);
@@ -27,10 +27,10 @@ pub enum LossScale {
 }
 
 impl Default for LossScale {
-    /// The default dynamic scale ([`LossScaleConfig::new`](crate::LossScaleConfig::new)).
+    /// The default dynamic scale ([`LossScaleConfig::new`](crate::scale::LossScaleConfig::new)).
     fn default() -> Self {
         Self::Dynamic(
-            DynamicLossScale::new(crate::LossScaleConfig::new())
+            DynamicLossScale::new(crate::scale::LossScaleConfig::new())
                 .expect("the default configuration is valid"),
         )
     }
@@ -42,7 +42,7 @@ impl LossScale {
     /// # Example
     ///
     /// ```
-    /// use burn_mpric_scale::LossScale;
+    /// use burn_mpric_core::scale::LossScale;
     ///
     /// assert!(matches!(LossScale::noop(), LossScale::NoOp(_)));
     /// ```
@@ -55,11 +55,11 @@ impl LossScale {
     /// # Example
     ///
     /// ```
-    /// use burn_mpric_scale::LossScale;
+    /// use burn_mpric_core::scale::LossScale;
     ///
     /// assert!(LossScale::fixed(f32::NAN).is_err());
     /// ```
-    pub fn fixed(scale: f32) -> Result<Self, crate::LossScaleError> {
+    pub fn fixed(scale: f32) -> Result<Self, crate::scale::LossScaleError> {
         StaticLossScale::new(scale).map(Self::Static)
     }
 
@@ -68,11 +68,13 @@ impl LossScale {
     /// # Example
     ///
     /// ```
-    /// use burn_mpric_scale::{LossScale, LossScaleConfig};
+    /// use burn_mpric_core::scale::{LossScale, LossScaleConfig};
     ///
     /// assert!(LossScale::dynamic(LossScaleConfig::torch()).is_ok());
     /// ```
-    pub fn dynamic(config: crate::LossScaleConfig) -> Result<Self, crate::LossScaleError> {
+    pub fn dynamic(
+        config: crate::scale::LossScaleConfig,
+    ) -> Result<Self, crate::scale::LossScaleError> {
         DynamicLossScale::new(config).map(Self::Dynamic)
     }
 
@@ -81,7 +83,7 @@ impl LossScale {
     /// # Example
     ///
     /// ```
-    /// use burn_mpric_scale::LossScale;
+    /// use burn_mpric_core::scale::LossScale;
     ///
     /// assert_eq!(LossScale::fixed(8.0).unwrap().loss_scale(), 8.0);
     /// ```
@@ -98,7 +100,7 @@ impl LossScale {
     /// # Example
     ///
     /// ```
-    /// use burn_mpric_scale::{LossScale, LossScaleConfig};
+    /// use burn_mpric_core::scale::{LossScale, LossScaleConfig};
     ///
     /// let s = LossScale::dynamic(LossScaleConfig::new().with_initial_scale(8.0)).unwrap();
     /// assert_eq!(s.adjust(false).loss_scale(), 4.0);
@@ -117,7 +119,7 @@ impl LossScale {
     /// # Example
     ///
     /// ```
-    /// use burn_mpric_scale::LossScale;
+    /// use burn_mpric_core::scale::LossScale;
     ///
     /// assert_eq!(LossScale::default().as_dynamic().unwrap().counter(), 0);
     /// assert!(LossScale::noop().as_dynamic().is_none());

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 /// # Example
 ///
 /// ```
-/// use burn_mpric_scale::StepAction;
+/// use burn_mpric_core::scale::StepAction;
 ///
 /// assert_ne!(StepAction::Applied, StepAction::Skipped);
 /// ```
@@ -20,14 +20,14 @@ pub enum StepAction {
     Skipped,
 }
 
-/// Running counters of a [`LossScaler`](crate::LossScaler) (optax `apply_if_finite`'s counters).
+/// Running counters of a [`ScalerState`](crate::scale::ScalerState) (optax `apply_if_finite`'s counters).
 ///
 /// # Example
 ///
 /// ```
-/// use burn_mpric_scale::LossScaler;
+/// use burn_mpric_core::scale::ScalerState;
 ///
-/// let mut scaler = LossScaler::noop();
+/// let mut scaler = ScalerState::noop();
 /// scaler.update(true);
 /// scaler.update(false);
 /// scaler.update(false);
@@ -50,7 +50,7 @@ impl ScalerStats {
     /// # Example
     ///
     /// ```
-    /// use burn_mpric_scale::ScalerStats;
+    /// use burn_mpric_core::scale::ScalerStats;
     ///
     /// let s = ScalerStats::default().record(false).record(true);
     /// assert_eq!((s.steps, s.skipped, s.consecutive_skipped), (2, 1, 0));
@@ -73,7 +73,7 @@ impl ScalerStats {
     /// # Example
     ///
     /// ```
-    /// use burn_mpric_scale::ScalerStats;
+    /// use burn_mpric_core::scale::ScalerStats;
     ///
     /// assert_eq!(ScalerStats::default().record(true).applied(), 1);
     /// ```
@@ -90,9 +90,9 @@ impl ScalerStats {
 /// # Example
 ///
 /// ```
-/// use burn_mpric_scale::{LossScaleConfig, LossScaler};
+/// use burn_mpric_core::scale::{LossScaleConfig, ScalerState};
 ///
-/// let mut scaler = LossScaler::dynamic(LossScaleConfig::new().with_initial_scale(64.0)).unwrap();
+/// let mut scaler = ScalerState::dynamic(LossScaleConfig::new().with_initial_scale(64.0)).unwrap();
 /// let outcome = scaler.update(false);
 /// assert!(outcome.is_skipped());
 /// assert_eq!((outcome.scale_used, outcome.next_scale), (64.0, 32.0));
@@ -122,9 +122,9 @@ impl StepOutcome {
     /// # Example
     ///
     /// ```
-    /// use burn_mpric_scale::LossScaler;
+    /// use burn_mpric_core::scale::ScalerState;
     ///
-    /// assert!(LossScaler::noop().update(true).is_applied());
+    /// assert!(ScalerState::noop().update(true).is_applied());
     /// ```
     pub fn is_applied(&self) -> bool {
         self.action == StepAction::Applied
@@ -135,9 +135,9 @@ impl StepOutcome {
     /// # Example
     ///
     /// ```
-    /// use burn_mpric_scale::LossScaler;
+    /// use burn_mpric_core::scale::ScalerState;
     ///
-    /// assert!(LossScaler::noop().update(false).is_skipped());
+    /// assert!(ScalerState::noop().update(false).is_skipped());
     /// ```
     pub fn is_skipped(&self) -> bool {
         self.action == StepAction::Skipped

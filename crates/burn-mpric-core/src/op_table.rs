@@ -7,7 +7,7 @@ use core::str::FromStr;
 /// How an op chooses the dtype its float inputs are cast to before the inner backend runs it.
 ///
 /// ```
-/// use burn_mpric::{Op, OpCategory};
+/// use burn_mpric_core::{Op, OpCategory};
 ///
 /// assert_eq!(Op::Matmul.default_category(), OpCategory::Compute);
 /// assert_eq!(Op::Exp.default_category(), OpCategory::FullPrecision);
@@ -39,7 +39,7 @@ impl fmt::Display for OpCategory {
 /// Error for an unknown op or category name.
 ///
 /// ```
-/// use burn_mpric::Op;
+/// use burn_mpric_core::Op;
 ///
 /// let err = "matmool".parse::<Op>().unwrap_err();
 /// assert!(err.to_string().contains("matmool"));
@@ -79,7 +79,7 @@ macro_rules! op_table {
         /// the snake-case name (`"matmul"`, `"conv2d_x_backward"`).
         ///
         /// ```
-        /// use burn_mpric::Op;
+        /// use burn_mpric_core::Op;
         ///
         /// assert_eq!("layer_norm".parse::<Op>().unwrap(), Op::LayerNorm);
         /// assert_eq!(Op::LayerNorm.to_string(), "layer_norm");
@@ -93,11 +93,11 @@ macro_rules! op_table {
             /// Every op, in table order.
             pub const ALL: &'static [Op] = &[$($( Op::$op, )*)*];
 
-            /// The category the op runs in unless an [`MpSettings`](crate::MpSettings)
+            /// The category the op runs in unless an `MpSettings` (burn-mpric, the 0.21 edition)
             /// overrides it.
             ///
             /// ```
-            /// use burn_mpric::{Op, OpCategory};
+            /// use burn_mpric_core::{Op, OpCategory};
             ///
             /// assert_eq!(Op::Softmax.default_category(), OpCategory::FullPrecision);
             /// ```
@@ -108,7 +108,7 @@ macro_rules! op_table {
             /// Snake-case name, as in Burn's method names without `float_`.
             ///
             /// ```
-            /// use burn_mpric::Op;
+            /// use burn_mpric_core::Op;
             ///
             /// assert_eq!(Op::Conv2dXBackward.name(), "conv2d_x_backward");
             /// ```
@@ -277,9 +277,23 @@ impl FromStr for Op {
 }
 
 impl Op {
-    pub(crate) const COUNT: usize = Op::ALL.len();
+    /// How many ops the table lists.
+    ///
+    /// ```
+    /// use burn_mpric_core::Op;
+    ///
+    /// assert_eq!(Op::COUNT, Op::ALL.len());
+    /// ```
+    pub const COUNT: usize = Op::ALL.len();
 
-    pub(crate) const fn index(self) -> usize {
+    /// The op's position in [`Op::ALL`], for tables indexed by op.
+    ///
+    /// ```
+    /// use burn_mpric_core::Op;
+    ///
+    /// assert!(Op::ALL.iter().enumerate().all(|(i, op)| op.index() == i));
+    /// ```
+    pub const fn index(self) -> usize {
         self as usize
     }
 }

@@ -1,6 +1,6 @@
 //! [`LossScaleError`]: an invalid loss-scale setting (no Burn type: the state machines use it).
 
-use crate::limits::MIN_SCALE;
+use super::limits::MIN_SCALE;
 
 /// A loss-scale configuration or state that this crate refuses to build.
 ///
@@ -10,7 +10,7 @@ use crate::limits::MIN_SCALE;
 /// # Example
 ///
 /// ```
-/// use burn_mpric_scale::{LossScaleError, StaticLossScale};
+/// use burn_mpric_core::scale::{LossScaleError, StaticLossScale};
 ///
 /// let err = StaticLossScale::new(f32::NAN).unwrap_err();
 /// assert!(matches!(err, LossScaleError::InvalidScale { .. }));
@@ -18,7 +18,7 @@ use crate::limits::MIN_SCALE;
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum LossScaleError {
     /// A scale value (initial, minimum, maximum or current) is not a finite f32 of at least
-    /// [`MIN_SCALE`](crate::MIN_SCALE).
+    /// [`MIN_SCALE`](crate::scale::MIN_SCALE).
     #[error(
         "{name} must be a finite f32 of at least {min:e} (so that its inverse is finite), got {value}",
         min = MIN_SCALE

@@ -1,10 +1,9 @@
 //! Configuration of a dynamic loss scale, with presets that reproduce other systems exactly.
 
-use burn::config::Config;
 use serde::{Deserialize, Serialize};
 
-use crate::invalid::LossScaleError;
-use crate::limits::MIN_SCALE;
+use super::invalid::LossScaleError;
+use super::limits::MIN_SCALE;
 
 /// When a dynamic loss scale grows and how overflows consume the hysteresis budget.
 ///
@@ -15,7 +14,7 @@ use crate::limits::MIN_SCALE;
 /// # Example
 ///
 /// ```
-/// use burn_mpric_scale::{LossScaleConfig, UpdateRule};
+/// use burn_mpric_core::scale::{LossScaleConfig, UpdateRule};
 ///
 /// assert_eq!(LossScaleConfig::new().rule, UpdateRule::Standard);
 /// assert_eq!(LossScaleConfig::flax().rule, UpdateRule::Flax);
@@ -68,7 +67,7 @@ impl UpdateRule {
     /// # Example
     ///
     /// ```
-    /// use burn_mpric_scale::UpdateRule;
+    /// use burn_mpric_core::scale::UpdateRule;
     ///
     /// assert_eq!(UpdateRule::Flax.name(), "flax");
     /// assert_eq!(UpdateRule::from_name("deepspeed_consecutive").unwrap().name(), "deepspeed_consecutive");
@@ -99,7 +98,7 @@ impl UpdateRule {
     }
 }
 
-/// Configuration of a [`DynamicLossScale`](crate::DynamicLossScale).
+/// Configuration of a [`DynamicLossScale`](crate::scale::DynamicLossScale).
 ///
 /// The defaults are eformer's and jmp's (initial scale 2^15, growth interval 2000, factor 2,
 /// min scale 1.0); the update rule is PyTorch's, which jmp and eformer share. Use a preset to
@@ -109,7 +108,7 @@ impl UpdateRule {
 /// # Example
 ///
 /// ```
-/// use burn_mpric_scale::LossScaleConfig;
+/// use burn_mpric_core::scale::LossScaleConfig;
 ///
 /// let config = LossScaleConfig::new().with_growth_interval(100).with_min_scale(0.25);
 /// assert_eq!(config.initial_scale, 32768.0);
@@ -121,31 +120,25 @@ impl UpdateRule {
 /// let back: LossScaleConfig = serde_json::from_str(&json).unwrap();
 /// assert_eq!(back, config);
 /// ```
-#[derive(Config, Debug, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct LossScaleConfig {
-    /// The scale of the first step.
-    #[config(default = 32768.0)]
+    /// The scale of the first step (default 2^15).
     pub initial_scale: f32,
-    /// Number of consecutive finite steps before the scale grows (see [`UpdateRule`]).
-    #[config(default = 2000)]
+    /// Number of consecutive finite steps before the scale grows (see [`UpdateRule`];
+    /// default 2000).
     pub growth_interval: u32,
-    /// Factor applied on growth; must be finite and greater than 1.
-    #[config(default = 2.0)]
+    /// Factor applied on growth; must be finite and greater than 1 (default 2).
     pub growth_factor: f64,
-    /// Factor applied on backoff; must lie strictly between 0 and 1.
-    #[config(default = 0.5)]
+    /// Factor applied on backoff; must lie strictly between 0 and 1 (default 0.5).
     pub backoff_factor: f64,
-    /// Lower bound of the scale; may be below 1 but not below [`MIN_SCALE`].
-    #[config(default = 1.0)]
+    /// Lower bound of the scale; may be below 1 but not below [`MIN_SCALE`] (default 1).
     pub min_scale: f32,
-    /// Optional upper bound of the scale; growth clamps at it.
-    #[config(default = "None")]
+    /// Optional upper bound of the scale; growth clamps at it (default none).
     pub max_scale: Option<f32>,
-    /// Number of overflows tolerated before backing off; 1 turns hysteresis off.
-    #[config(default = 1)]
+    /// Number of overflows tolerated before backing off; 1 turns hysteresis off (default 1).
     pub hysteresis: u32,
-    /// The growth and hysteresis rule.
-    #[config(default = "UpdateRule::Standard")]
+    /// The growth and hysteresis rule (default [`UpdateRule::Standard`]).
     pub rule: UpdateRule,
 }
 
@@ -153,6 +146,40 @@ impl Default for LossScaleConfig {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// `with_<field>` builders, one per field (as Burn's `Config` derive writes them).
+macro_rules! builders {
+    ($($with:ident => $field:ident: $ty:ty),* $(,)?) => {
+        impl LossScaleConfig {
+            $(
+                #[doc = concat!("A copy with another `", stringify!($field), "`.")]
+                ///
+                /// ```
+                /// use burn_mpric_core::scale::LossScaleConfig;
+                ///
+                /// let config = LossScaleConfig::new();
+                #[doc = concat!("assert_eq!(config.", stringify!($with), "(config.", stringify!($field), "), config);")]
+                /// ```
+                #[must_use]
+                pub fn $with(mut self, $field: $ty) -> Self {
+                    self.$field = $field;
+                    self
+                }
+            )*
+        }
+    };
+}
+
+builders! {
+    with_initial_scale => initial_scale: f32,
+    with_growth_interval => growth_interval: u32,
+    with_growth_factor => growth_factor: f64,
+    with_backoff_factor => backoff_factor: f64,
+    with_min_scale => min_scale: f32,
+    with_max_scale => max_scale: Option<f32>,
+    with_hysteresis => hysteresis: u32,
+    with_rule => rule: UpdateRule,
 }
 
 fn check_scale(name: &'static str, value: f32) -> Result<(), LossScaleError> {
@@ -164,6 +191,29 @@ fn check_scale(name: &'static str, value: f32) -> Result<(), LossScaleError> {
 }
 
 impl LossScaleConfig {
+    /// The defaults: eformer's and jmp's (2^15, 2000, 2.0, 0.5, min 1.0, no max, no
+    /// hysteresis, the standard rule).
+    ///
+    /// ```
+    /// use burn_mpric_core::scale::{LossScaleConfig, UpdateRule};
+    ///
+    /// let c = LossScaleConfig::new();
+    /// assert_eq!((c.initial_scale, c.growth_interval, c.hysteresis), (32768.0, 2000, 1));
+    /// assert_eq!(c.rule, UpdateRule::Standard);
+    /// ```
+    pub const fn new() -> Self {
+        Self {
+            initial_scale: 32768.0,
+            growth_interval: 2000,
+            growth_factor: 2.0,
+            backoff_factor: 0.5,
+            min_scale: 1.0,
+            max_scale: None,
+            hysteresis: 1,
+            rule: UpdateRule::Standard,
+        }
+    }
+
     /// PyTorch `torch.amp.GradScaler` defaults: initial 2^16, factor 2, backoff 0.5, interval
     /// 2000, no maximum.
     ///
@@ -173,7 +223,7 @@ impl LossScaleConfig {
     /// # Example
     ///
     /// ```
-    /// use burn_mpric_scale::{LossScaleConfig, MIN_SCALE};
+    /// use burn_mpric_core::scale::{LossScaleConfig, MIN_SCALE};
     ///
     /// let config = LossScaleConfig::torch();
     /// assert_eq!(config.initial_scale, 65536.0);
@@ -191,7 +241,7 @@ impl LossScaleConfig {
     /// # Example
     ///
     /// ```
-    /// use burn_mpric_scale::LossScaleConfig;
+    /// use burn_mpric_core::scale::LossScaleConfig;
     ///
     /// assert_eq!(LossScaleConfig::jmp(), LossScaleConfig::new());
     /// ```
@@ -205,7 +255,7 @@ impl LossScaleConfig {
     /// # Example
     ///
     /// ```
-    /// use burn_mpric_scale::LossScaleConfig;
+    /// use burn_mpric_core::scale::LossScaleConfig;
     ///
     /// assert_eq!(LossScaleConfig::eformer().initial_scale, 32768.0);
     /// ```
@@ -221,7 +271,7 @@ impl LossScaleConfig {
     /// # Example
     ///
     /// ```
-    /// use burn_mpric_scale::LossScaleConfig;
+    /// use burn_mpric_core::scale::LossScaleConfig;
     ///
     /// assert_eq!(LossScaleConfig::keras().growth_interval, 2000);
     /// ```
@@ -236,7 +286,7 @@ impl LossScaleConfig {
     /// # Example
     ///
     /// ```
-    /// use burn_mpric_scale::{LossScaleConfig, UpdateRule};
+    /// use burn_mpric_core::scale::{LossScaleConfig, UpdateRule};
     ///
     /// let config = LossScaleConfig::flax();
     /// assert_eq!(config.rule, UpdateRule::Flax);
@@ -259,7 +309,7 @@ impl LossScaleConfig {
     /// # Example
     ///
     /// ```
-    /// use burn_mpric_scale::{LossScaleConfig, UpdateRule};
+    /// use burn_mpric_core::scale::{LossScaleConfig, UpdateRule};
     ///
     /// let config = LossScaleConfig::deepspeed();
     /// assert_eq!(config.hysteresis, 2);
@@ -281,7 +331,7 @@ impl LossScaleConfig {
     /// # Example
     ///
     /// ```
-    /// use burn_mpric_scale::{LossScaleConfig, UpdateRule};
+    /// use burn_mpric_core::scale::{LossScaleConfig, UpdateRule};
     ///
     /// let config = LossScaleConfig::megatron();
     /// assert_eq!(config.initial_scale, 4294967296.0);
@@ -299,7 +349,7 @@ impl LossScaleConfig {
     /// # Example
     ///
     /// ```
-    /// use burn_mpric_scale::LossScaleConfig;
+    /// use burn_mpric_core::scale::LossScaleConfig;
     ///
     /// assert_eq!(LossScaleConfig::new().effective_max_scale(), f32::MAX);
     /// assert_eq!(LossScaleConfig::new().with_max_scale(Some(1e6)).effective_max_scale(), 1e6);
@@ -313,7 +363,7 @@ impl LossScaleConfig {
     /// # Example
     ///
     /// ```
-    /// use burn_mpric_scale::{LossScaleConfig, LossScaleError};
+    /// use burn_mpric_core::scale::{LossScaleConfig, LossScaleError};
     ///
     /// assert!(LossScaleConfig::new().validate().is_ok());
     /// let bad = LossScaleConfig::new().with_growth_factor(1.0);

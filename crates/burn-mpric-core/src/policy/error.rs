@@ -1,6 +1,6 @@
 //! Typed errors for policy text and policy resolution.
 
-use burn::tensor::FloatDType;
+use crate::FloatDType;
 use thiserror::Error;
 
 use super::dtype::accepted_dtype_names;
@@ -12,7 +12,7 @@ const FORMS: &str = "a dtype name, a preset (mixed_f16, mixed_bf16, mixed_half, 
 /// offending fragment and lists what is accepted.
 ///
 /// ```
-/// use burn_mpric::{Policy, PolicyError};
+/// use burn_mpric_core::{Policy, PolicyError};
 ///
 /// let err = "p=f32,x=bf16".parse::<Policy>().unwrap_err();
 /// assert!(matches!(err, PolicyError::UnknownKey { ref key, .. } if key == "x"));
@@ -92,7 +92,7 @@ pub enum PolicyError {
     },
     /// A slot is `half`, which only a device can turn into a dtype.
     #[error(
-        "the {slot} dtype is `half`, which depends on the device (bf16 where it runs bf16, else f16): resolve the policy against a device (`Policy::resolve`), or name f16 or bf16"
+        "the {slot} dtype is `half`, which depends on the device (bf16 where it runs bf16, else f16): resolve the policy against a device (`Policy::resolve_with`, or an edition's device resolution), or name f16 or bf16"
     )]
     UnresolvedHalf {
         /// Which slot (`param`, `compute` or `output`).

@@ -3,13 +3,13 @@
 /// A loss scale of exactly 1 that never changes: scaling and unscaling are the identity.
 ///
 /// This is the bf16 mode: bf16 has f32's exponent range, so no scaling is needed, but a
-/// [`LossScaler`](crate::LossScaler) built on it still checks every step's gradients and skips
+/// loss scaler ([`ScalerState`](crate::scale::ScalerState)) built on it still checks every step's gradients and skips
 /// (and counts) non-finite steps.
 ///
 /// # Example
 ///
 /// ```
-/// use burn_mpric_scale::NoOpLossScale;
+/// use burn_mpric_core::scale::NoOpLossScale;
 ///
 /// let s = NoOpLossScale;
 /// assert_eq!(s.loss_scale(), 1.0);
@@ -24,7 +24,7 @@ impl NoOpLossScale {
     /// # Example
     ///
     /// ```
-    /// assert_eq!(burn_mpric_scale::NoOpLossScale.loss_scale(), 1.0);
+    /// assert_eq!(burn_mpric_core::scale::NoOpLossScale.loss_scale(), 1.0);
     /// ```
     pub fn loss_scale(&self) -> f32 {
         1.0
@@ -35,7 +35,7 @@ impl NoOpLossScale {
     /// # Example
     ///
     /// ```
-    /// use burn_mpric_scale::NoOpLossScale;
+    /// use burn_mpric_core::scale::NoOpLossScale;
     ///
     /// assert_eq!(NoOpLossScale.adjust(false), NoOpLossScale);
     /// ```

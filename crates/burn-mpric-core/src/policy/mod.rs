@@ -3,14 +3,16 @@
 mod dtype;
 mod error;
 mod parse;
+mod resolved;
 
 use core::fmt;
 
-use burn::tensor::FloatDType;
+use crate::FloatDType;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 pub use dtype::{PolicyDType, dtype_name};
 pub use error::PolicyError;
+pub use resolved::{ResolvedPolicy, half_for};
 
 /// A mixed-precision policy: the dtype parameters are stored in, the dtype computation runs
 /// in, and the dtype results are handed back in.
@@ -20,8 +22,8 @@ pub use error::PolicyError;
 /// `mixed_bf16`. `Display` writes the canonical form, which parses back to the same policy.
 ///
 /// ```
-/// use burn::tensor::FloatDType;
-/// use burn_mpric::{Policy, PolicyDType};
+/// use burn_mpric_core::FloatDType;
+/// use burn_mpric_core::{Policy, PolicyDType};
 ///
 /// let policy: Policy = "params=float32, compute=BF16".parse().unwrap();
 /// assert_eq!(policy.param(), PolicyDType::Float(FloatDType::F32));
@@ -44,8 +46,8 @@ impl Policy {
     /// A policy from its three dtypes.
     ///
     /// ```
-    /// use burn::tensor::FloatDType;
-    /// use burn_mpric::{Policy, PolicyDType};
+    /// use burn_mpric_core::FloatDType;
+    /// use burn_mpric_core::{Policy, PolicyDType};
     ///
     /// let p = Policy::new(FloatDType::F32, PolicyDType::Half, FloatDType::F32);
     /// assert_eq!(p.to_string(), "p=f32,c=half,o=f32");
@@ -73,8 +75,8 @@ impl Policy {
     /// The same dtype for parameters, compute and output.
     ///
     /// ```
-    /// use burn::tensor::FloatDType;
-    /// use burn_mpric::Policy;
+    /// use burn_mpric_core::FloatDType;
+    /// use burn_mpric_core::Policy;
     ///
     /// assert!(Policy::uniform(FloatDType::BF16).is_identity());
     /// assert_eq!(Policy::uniform(FloatDType::F32), Policy::F32);
@@ -87,8 +89,8 @@ impl Policy {
     /// The classic mixed policy: f32 parameters and outputs, `compute` for computation.
     ///
     /// ```
-    /// use burn::tensor::FloatDType;
-    /// use burn_mpric::Policy;
+    /// use burn_mpric_core::FloatDType;
+    /// use burn_mpric_core::Policy;
     ///
     /// assert_eq!(Policy::mixed(FloatDType::F16), "mixed_f16".parse().unwrap());
     /// ```
@@ -100,8 +102,8 @@ impl Policy {
     /// The dtype parameters are created and stored in.
     ///
     /// ```
-    /// use burn::tensor::FloatDType;
-    /// use burn_mpric::{Policy, PolicyDType};
+    /// use burn_mpric_core::FloatDType;
+    /// use burn_mpric_core::{Policy, PolicyDType};
     ///
     /// let p: Policy = "c=f16".parse().unwrap();
     /// assert_eq!(p.param(), PolicyDType::Float(FloatDType::F32));
@@ -113,8 +115,8 @@ impl Policy {
     /// The dtype compute-heavy ops (matmul, convolutions, attention) run in.
     ///
     /// ```
-    /// use burn::tensor::FloatDType;
-    /// use burn_mpric::{Policy, PolicyDType};
+    /// use burn_mpric_core::FloatDType;
+    /// use burn_mpric_core::{Policy, PolicyDType};
     ///
     /// let p: Policy = "c=f16".parse().unwrap();
     /// assert_eq!(p.compute(), PolicyDType::Float(FloatDType::F16));
@@ -126,8 +128,8 @@ impl Policy {
     /// The dtype results are handed back in.
     ///
     /// ```
-    /// use burn::tensor::FloatDType;
-    /// use burn_mpric::{Policy, PolicyDType};
+    /// use burn_mpric_core::FloatDType;
+    /// use burn_mpric_core::{Policy, PolicyDType};
     ///
     /// let p: Policy = "c=f16,o=f32".parse().unwrap();
     /// assert_eq!(p.output(), PolicyDType::Float(FloatDType::F32));
@@ -139,8 +141,8 @@ impl Policy {
     /// A copy with another parameter dtype.
     ///
     /// ```
-    /// use burn::tensor::FloatDType;
-    /// use burn_mpric::Policy;
+    /// use burn_mpric_core::FloatDType;
+    /// use burn_mpric_core::Policy;
     ///
     /// assert_eq!(Policy::F32.with_param(FloatDType::BF16).to_string(), "p=bf16,c=f32,o=f32");
     /// ```
@@ -154,8 +156,8 @@ impl Policy {
     /// A copy with another compute dtype.
     ///
     /// ```
-    /// use burn::tensor::FloatDType;
-    /// use burn_mpric::Policy;
+    /// use burn_mpric_core::FloatDType;
+    /// use burn_mpric_core::Policy;
     ///
     /// assert_eq!(Policy::F32.with_compute(FloatDType::F16), Policy::mixed(FloatDType::F16));
     /// ```
@@ -169,8 +171,8 @@ impl Policy {
     /// A copy with another output dtype.
     ///
     /// ```
-    /// use burn::tensor::FloatDType;
-    /// use burn_mpric::Policy;
+    /// use burn_mpric_core::FloatDType;
+    /// use burn_mpric_core::Policy;
     ///
     /// let p: Policy = "c=bf16".parse().unwrap();
     /// assert_eq!(p.with_output(FloatDType::F32).to_string(), "p=f32,c=bf16,o=f32");
@@ -185,7 +187,7 @@ impl Policy {
     /// True when parameters, compute and output share one dtype: the policy changes nothing.
     ///
     /// ```
-    /// use burn_mpric::Policy;
+    /// use burn_mpric_core::Policy;
     ///
     /// assert!("f32".parse::<Policy>().unwrap().is_identity());
     /// assert!(!"mixed_bf16".parse::<Policy>().unwrap().is_identity());
@@ -197,7 +199,7 @@ impl Policy {
     /// True when no slot is a symbolic `half`.
     ///
     /// ```
-    /// use burn_mpric::Policy;
+    /// use burn_mpric_core::Policy;
     ///
     /// assert!(!"c=half".parse::<Policy>().unwrap().is_resolved());
     /// assert!("c=f16".parse::<Policy>().unwrap().is_resolved());

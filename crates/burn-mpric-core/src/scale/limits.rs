@@ -8,7 +8,7 @@
 /// # Example
 ///
 /// ```
-/// use burn_mpric_scale::MIN_SCALE;
+/// use burn_mpric_core::scale::MIN_SCALE;
 ///
 /// assert_eq!(MIN_SCALE, 2f32.powi(-126));
 /// assert!((1.0 / MIN_SCALE).is_finite());
