@@ -7,6 +7,7 @@
 //!
 //! `cargo xtask bench [--full] [--backend flex|wgpu|cuda] [--workload NAME]`
 
+mod edition022;
 mod harness;
 mod memory;
 mod report;
@@ -25,6 +26,7 @@ use burn::tensor::backend::Backend;
 use clap::{Parser, ValueEnum};
 use cubecl::Runtime;
 
+use crate::edition022::Setup022;
 use crate::harness::Budget;
 use crate::memory::{CountingAlloc, MemorySource};
 use crate::report::{BackendInfo, Machine, Report};
@@ -290,6 +292,59 @@ fn run_on<I: Backend>(
     out.casts.extend(casts);
 }
 
+/// The Burn 0.22 edition's rows, on Burn 0.22's Flex and Wgpu where the decorator's run on
+/// the same kind of backend.
+fn run_edition022(
+    args: &Args,
+    workloads: &[Workload],
+    out: &mut Collected,
+    wanted: impl Fn(BackendKind) -> bool,
+) {
+    use burn022::tensor::{Device, DeviceKind};
+    let mut run = |setup: Setup022, detail: String, threads: String| {
+        out.backends.push(BackendInfo {
+            name: setup.name.into(),
+            ran: true,
+            detail,
+            threads,
+            memory: setup.memory.describe(),
+        });
+        out.rows.extend(edition022::run(&setup, workloads));
+    };
+    if wanted(BackendKind::Flex) {
+        let setup = Setup022 {
+            name: "flex (burn 0.22)",
+            device: Device::flex(),
+            memory: MemorySource::Heap,
+            sizes: cpu_sizes(args.full),
+            budget: budget(args.full),
+        };
+        run(setup, "Burn 0.22.1 Flex".into(), flex_threads());
+    }
+    if wanted(BackendKind::Wgpu) {
+        let device = Device::wgpu(DeviceKind::DefaultDevice);
+        let probe = {
+            let device = device.clone();
+            guarded(move || {
+                burn022::tensor::Tensor::<1>::from_floats([1.0, 2.0], &device).into_data()
+            })
+        };
+        match probe {
+            Ok(_) => {
+                let setup = Setup022 {
+                    name: "wgpu (burn 0.22)",
+                    memory: edition022::pool_memory(device.clone()),
+                    device,
+                    sizes: gpu_sizes(args.full),
+                    budget: budget(args.full),
+                };
+                run(setup, "Burn 0.22.1 Wgpu".into(), "-".into());
+            }
+            Err(why) => skipped(out, "wgpu (burn 0.22)", format!("no adapter: {why}")),
+        }
+    }
+}
+
 fn skipped(out: &mut Collected, name: &str, why: String) {
     eprintln!("[{name}] skipped: {why}");
     out.backends.push(BackendInfo {
@@ -451,6 +506,7 @@ fn main() -> ExitCode {
     if wanted(BackendKind::Cuda) {
         run_cuda(&args, &workloads, &mut out);
     }
+    run_edition022(&args, &workloads, &mut out, wanted);
 
     let targets = report::targets(&out.rows, &out.backends);
     let report = Report {

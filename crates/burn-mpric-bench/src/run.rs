@@ -229,20 +229,20 @@ impl Variant {
     }
 }
 
-type Factory = Box<dyn Fn() -> Box<dyn Case>>;
+pub(crate) type Factory = Box<dyn Fn() -> Box<dyn Case>>;
 
 /// A variant made ready for one spec: how to build its case, or why it can't run.
-struct Prepared {
-    variant: String,
-    policy: Option<String>,
-    factory: Result<Factory, String>,
+pub(crate) struct Prepared {
+    pub(crate) variant: String,
+    pub(crate) policy: Option<String>,
+    pub(crate) factory: Result<Factory, String>,
     /// The same case over `Instrumented<I>`, for the memory readings: a device counter is read
     /// at every op boundary there (see [`peak_of`]). `None`: the memory is read on `factory`.
-    memory_factory: Option<Factory>,
+    pub(crate) memory_factory: Option<Factory>,
     /// Whether the case has an output to compare with the reference.
-    has_output: bool,
+    pub(crate) has_output: bool,
     /// What the report says beside its row.
-    note: Option<&'static str>,
+    pub(crate) note: Option<&'static str>,
 }
 
 fn mp_device<I: Backend>(
@@ -305,8 +305,9 @@ fn prepare<I: Backend>(
 
 /// Measures one group of variants: the numeric error (against the first, the bare backend),
 /// the peak memory of each alone, then the interleaved timing of all.
-fn measure_group<I: Backend>(
-    setup: &Setup<I>,
+pub(crate) fn measure_group(
+    backend: &str,
+    memory: &MemorySource,
     workload: Workload,
     spec: &Spec,
     prepared: Vec<Prepared>,
@@ -315,7 +316,7 @@ fn measure_group<I: Backend>(
     let started = Instant::now();
     eprintln!(
         "[{}] {} {} ({} variants)",
-        setup.name,
+        backend,
         workload.name(),
         spec.label(),
         prepared.len()
@@ -360,7 +361,7 @@ fn measure_group<I: Backend>(
     // measured several times, the variants in rotated order (as the timing rounds are), and
     // the highest reading kept (each is a lower bound).
     let mut readings: Vec<Vec<Peak>> = vec![Vec::new(); prepared.len()];
-    for round in 0..setup.memory.repeats() {
+    for round in 0..memory.repeats() {
         for k in 0..prepared.len() {
             let i = (k + round) % prepared.len();
             let (factory, sampling) = match &prepared[i].memory_factory {
@@ -368,7 +369,7 @@ fn measure_group<I: Backend>(
                 None => (prepared[i].factory.as_ref().ok(), Sampling::Polled),
             };
             if let Some(factory) = factory {
-                readings[i].push(peak_of(&setup.memory, sampling, |sample| {
+                readings[i].push(peak_of(memory, sampling, |sample| {
                     at_each_op(sample.clone(), || {
                         let mut case = factory();
                         sample();
@@ -416,7 +417,7 @@ fn measure_group<I: Backend>(
             Row {
                 workload,
                 size: spec.label(),
-                backend: setup.name.to_string(),
+                backend: backend.to_string(),
                 variant: p.variant,
                 policy: p.policy,
                 result,
@@ -439,14 +440,21 @@ fn group<I: Backend>(
         .iter()
         .map(|v| prepare::<I>(&setup.device, *v, spec, ""))
         .collect();
-    measure_group(setup, workload, spec, prepared, setup.budget)
+    measure_group(
+        setup.name,
+        &setup.memory,
+        workload,
+        spec,
+        prepared,
+        setup.budget,
+    )
 }
 
 fn standard<I: Backend>(setup: &Setup<I>, workload: Workload, spec: &Spec) -> Vec<Row> {
     group(setup, workload, spec, &Variant::ALL)
 }
 
-fn mlp_spec(sizes: &Sizes, scaler: bool) -> Spec {
+pub(crate) fn mlp_spec(sizes: &Sizes, scaler: bool) -> Spec {
     Spec::Mlp {
         batch: sizes.mlp.0,
         dims: sizes.mlp.1.clone(),
@@ -478,7 +486,14 @@ fn loss_scaler<I: Backend>(setup: &Setup<I>) -> Vec<Row> {
         time_limit: setup.budget.time_limit * 3,
         ..setup.budget
     };
-    let mut rows = measure_group(setup, Workload::LossScalerStep, &plain, prepared, budget);
+    let mut rows = measure_group(
+        setup.name,
+        &setup.memory,
+        Workload::LossScalerStep,
+        &plain,
+        prepared,
+        budget,
+    );
     for (pair, variant) in rows.chunks_mut(2).zip(Variant::ALL) {
         if let [without, with] = pair
             && let (Ok(a), Ok(b)) = (&without.result, &mut with.result)
@@ -626,7 +641,14 @@ fn cast_overhead<I: Backend>(setup: &Setup<I>) -> (Vec<Row>, Vec<CastRow>) {
             note: None,
         });
     }
-    let mut rows = measure_group(setup, Workload::CastOverhead, &spec, prepared, setup.budget);
+    let mut rows = measure_group(
+        setup.name,
+        &setup.memory,
+        Workload::CastOverhead,
+        &spec,
+        prepared,
+        setup.budget,
+    );
 
     let mut cast_rows = Vec::new();
     for v in Variant::ALL {

@@ -98,6 +98,7 @@ mod unscale;
 pub use clip::{GlobalNormClip, global_grad_norm};
 #[cfg(feature = "collective")]
 pub use collective::{all_peers_finite, sum_over_peers};
+pub use dtype::BurnDType;
 pub use error::StepError;
 pub use keep_dtype::apply_gradients;
 pub use record::LossScalerRecord;
@@ -111,4 +112,5 @@ pub use burn_mpric_core::scale::{
     DynamicLossScale, LossScale, LossScaleConfig, LossScaleError, LossScaleKind, LossScalePreset,
     MAX_STATE_FILE_BYTES, MIN_SCALE, NoOpLossScale, RECORD_FORMAT_VERSION, ScalerRecord,
     ScalerState, ScalerStats, StateError, StaticLossScale, StepAction, StepOutcome, UpdateRule,
+    inverse_scale, unscale_dtype,
 };

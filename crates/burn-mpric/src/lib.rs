@@ -22,7 +22,8 @@ pub use burn_mpric_core::{
     FloatDType, Op, OpCategory, Policy, PolicyDType, PolicyError, ResolvedPolicy, UnknownName,
     dtype_name,
 };
-pub use policy::{BurnDType, ResolveOnDevice, half_dtype, supported_float_dtypes};
+pub use burn_mpric_scale::BurnDType;
+pub use policy::{ResolveOnDevice, half_dtype, supported_float_dtypes};
 pub use rules::{MpSettings, full_precision};
 pub use tensor::{MpBool, MpFloat, MpInt, MpQuant, casts_made};
 

@@ -4,47 +4,7 @@
 use burn::tensor::DType;
 use burn::tensor::backend::Backend;
 use burn_mpric_core::{FloatDType, Policy, PolicyError, ResolvedPolicy, half_for};
-
-/// Conversions between the policy's float dtypes (burn-mpric-core's [`FloatDType`], which
-/// names no Burn release) and Burn 0.21's `burn::tensor::FloatDType`. Both have the same five
-/// variants, so the conversions are exact.
-///
-/// ```
-/// use burn_mpric::{BurnDType, FloatDType};
-///
-/// assert_eq!(FloatDType::BF16.to_burn(), burn::tensor::FloatDType::BF16);
-/// assert_eq!(FloatDType::from_burn(burn::tensor::FloatDType::F16), FloatDType::F16);
-/// ```
-pub trait BurnDType {
-    /// Burn 0.21's dtype of the same format.
-    fn to_burn(self) -> burn::tensor::FloatDType;
-    /// The policy dtype of Burn 0.21's `dtype`.
-    fn from_burn(dtype: burn::tensor::FloatDType) -> Self;
-}
-
-impl BurnDType for FloatDType {
-    fn to_burn(self) -> burn::tensor::FloatDType {
-        use burn::tensor::FloatDType as Burn;
-        match self {
-            FloatDType::F64 => Burn::F64,
-            FloatDType::F32 => Burn::F32,
-            FloatDType::Flex32 => Burn::Flex32,
-            FloatDType::F16 => Burn::F16,
-            FloatDType::BF16 => Burn::BF16,
-        }
-    }
-
-    fn from_burn(dtype: burn::tensor::FloatDType) -> Self {
-        use burn::tensor::FloatDType as Burn;
-        match dtype {
-            Burn::F64 => FloatDType::F64,
-            Burn::F32 => FloatDType::F32,
-            Burn::Flex32 => FloatDType::Flex32,
-            Burn::F16 => FloatDType::F16,
-            Burn::BF16 => FloatDType::BF16,
-        }
-    }
-}
+use burn_mpric_scale::BurnDType;
 
 /// The float dtypes `device` runs ([`Backend::supports_dtype`]), in the core's terms.
 ///

@@ -80,7 +80,8 @@ pub enum PolicyError {
     },
     /// The device cannot run one of the policy's dtypes.
     #[error(
-        "the {slot} dtype {dtype:?} is not supported by this device; it supports {supported:?}"
+        "the {slot} dtype {dtype} is not supported by this device; it supports {}",
+        supported.iter().map(|d| d.name()).collect::<Vec<_>>().join(", ")
     )]
     UnsupportedByDevice {
         /// Which slot (`param`, `compute` or `output`).

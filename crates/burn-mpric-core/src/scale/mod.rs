@@ -32,6 +32,7 @@ mod preset;
 mod record;
 mod state;
 mod static_scale;
+mod unscale;
 
 pub use clip::ClipNorm;
 pub use config::{LossScaleConfig, UpdateRule};
@@ -47,3 +48,4 @@ pub use record::{
 };
 pub use state::ScalerState;
 pub use static_scale::StaticLossScale;
+pub use unscale::{inverse_scale, unscale_dtype};

@@ -12,7 +12,7 @@ use burn_mpric_scale::{
 
 pub use cast::{Castable, ModuleParams};
 
-use crate::policy::BurnDType;
+use crate::BurnDType;
 use crate::{MpDevice, PolicyError, ResolvedPolicy};
 
 /// Casts values by a [`ResolvedPolicy`] and runs training steps with loss scaling.

@@ -7,7 +7,8 @@ use burn::tensor::FloatDType;
 use burn::tensor::backend::Backend;
 
 use super::settings::{MpSettings, in_full_precision_scope};
-use crate::policy::{BurnDType, ResolveOnDevice};
+use crate::BurnDType;
+use crate::policy::ResolveOnDevice;
 use crate::{Op, OpCategory, PolicyError, ResolvedPolicy};
 
 /// Settings checked against a device, with the op table flattened for O(1) lookups.

@@ -1,0 +1,163 @@
+//! [`ScalerHandle`]: one loss scaler shared by a model's clones, and the steps waiting for its
+//! decision.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use burn::tensor::Tensor;
+use burn_mpric_core::scale::{ScalerStats, StepOutcome};
+
+use super::record::StepSlot;
+use crate::{LossScaler, StepError};
+
+/// A [`LossScaler`] shared between the training steps and the optimizer steps (burn-train
+/// clones the model, one clone per device, and every clone sees the same scaler).
+///
+/// Metrics do not read it: each step's outcome travels with the step's output item (see
+/// [`ScaleRecord`](super::ScaleRecord)).
+///
+/// # Example
+///
+/// ```
+/// use burn_mpric_022::{LossScaler, ScalerHandle};
+///
+/// let handle = ScalerHandle::new(LossScaler::fixed(8.0).unwrap());
+/// let clone = handle.clone();
+/// assert_eq!(clone.scale(), 8.0);
+/// assert_eq!(handle.stats().steps, 0);
+/// ```
+#[derive(Debug, Clone)]
+pub struct ScalerHandle(Arc<Mutex<Shared>>);
+
+#[derive(Debug)]
+struct Shared {
+    scaler: LossScaler,
+    /// Steps whose loss was scaled and whose optimizer step has not run yet (one per device,
+    /// or several with gradient accumulation).
+    pending: Vec<StepSlot>,
+    /// The last optimizer step that failed (the device could not be read).
+    last_error: Option<String>,
+}
+
+impl ScalerHandle {
+    /// Shares `scaler`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_022::{LossScaler, ScalerHandle};
+    ///
+    /// assert_eq!(ScalerHandle::new(LossScaler::default()).scale(), 32768.0);
+    /// ```
+    pub fn new(scaler: LossScaler) -> Self {
+        Self(Arc::new(Mutex::new(Shared {
+            scaler,
+            pending: Vec::new(),
+            last_error: None,
+        })))
+    }
+
+    /// The current scale: the one the next step's loss will be multiplied by.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// assert_eq!(burn_mpric_022::ScalerHandle::default().scale(), 1.0);
+    /// ```
+    pub fn scale(&self) -> f32 {
+        self.lock().scaler.scale()
+    }
+
+    /// The scaler's counters (steps, skipped steps).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// assert_eq!(burn_mpric_022::ScalerHandle::default().stats().skipped, 0);
+    /// ```
+    pub fn stats(&self) -> ScalerStats {
+        self.lock().scaler.stats()
+    }
+
+    /// A copy of the scaler, to checkpoint it.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_022::{LossScaler, ScalerHandle};
+    ///
+    /// let handle = ScalerHandle::new(LossScaler::fixed(4.0).unwrap());
+    /// assert_eq!(handle.snapshot(), LossScaler::fixed(4.0).unwrap());
+    /// ```
+    pub fn snapshot(&self) -> LossScaler {
+        self.lock().scaler
+    }
+
+    /// Replaces the shared scaler (a resumed run puts its saved state back); every clone of
+    /// the handle sees it.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_022::{LossScaler, ScalerHandle};
+    ///
+    /// let handle = ScalerHandle::default();
+    /// handle.clone().restore(LossScaler::fixed(512.0).unwrap());
+    /// assert_eq!(handle.scale(), 512.0);
+    /// ```
+    pub fn restore(&self, scaler: LossScaler) {
+        self.lock().scaler = scaler;
+    }
+
+    /// The error of the last optimizer step that could not run (a failed device read), if
+    /// any. Such a step applied nothing and left the scale unchanged; its item's
+    /// [`ScaleRecord`](super::ScaleRecord) has no outcome.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// assert!(burn_mpric_022::ScalerHandle::default().last_error().is_none());
+    /// ```
+    pub fn last_error(&self) -> Option<String> {
+        self.lock().last_error.clone()
+    }
+
+    /// Scales `loss` with the current scale and opens the slot the step's optimizer decision
+    /// will fill.
+    pub(crate) fn scale_loss<const D: usize>(&self, loss: Tensor<D>) -> (Tensor<D>, StepSlot) {
+        let mut shared = self.lock();
+        let slot = StepSlot::new(shared.scaler.scale(), shared.scaler.stats().skipped);
+        shared.pending.push(slot.clone());
+        (shared.scaler.scale_loss(loss), slot)
+    }
+
+    /// Runs one optimizer step with the scaler, then hands its outcome to every step that
+    /// contributed gradients.
+    pub(crate) fn optimizer_step<M>(
+        &self,
+        step: impl FnOnce(&mut LossScaler) -> (M, Result<StepOutcome, StepError>),
+    ) -> M {
+        let mut shared = self.lock();
+        let (module, outcome) = step(&mut shared.scaler);
+        let pending = std::mem::take(&mut shared.pending);
+        match outcome {
+            Ok(outcome) => pending.iter().for_each(|slot| slot.decide(outcome)),
+            Err(err) => shared.last_error = Some(err.to_string()),
+        }
+        module
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Shared> {
+        // Every update replaces the scaler whole, so a lock poisoned by a panic elsewhere
+        // still holds a consistent state.
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Default for ScalerHandle {
+    /// No scaling (bf16 and f32 policies); non-finite steps are still skipped.
+    fn default() -> Self {
+        Self::new(LossScaler::noop())
+    }
+}

@@ -1,0 +1,127 @@
+//! [`Scaled`]: a model wrapper whose `TrainStep` scales the loss and whose optimizer step
+//! unscales, skips and updates the scale.
+
+use burn::module::{Module, ModuleDisplay};
+use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLearningRate;
+use burn::optim::{GradientsParams, ModuleOptimizer, MultiGradientsParams};
+use burn::tensor::Tensor;
+use burn::train::{InferenceStep, ItemLazy, TrainOutput, TrainStep};
+
+use super::{ScaledOutput, ScalerHandle};
+
+/// The forward half of a training step: the (unscaled) loss and the item burn-train's metrics
+/// read. Implement it instead of `TrainStep` and wrap the model in [`Scaled`].
+///
+/// # Example
+///
+/// ```
+/// use burn::module::{Module, ModuleDisplay};
+/// use burn::nn::{Linear, loss::CrossEntropyLossConfig};
+/// use burn::tensor::{Int, Tensor};
+/// use burn::train::ClassificationOutput;
+/// use burn_mpric_022::LossStep;
+///
+/// #[derive(Module, Debug)]
+/// struct Classifier { head: Linear }
+///
+/// impl LossStep for Classifier {
+///     type Input = (Tensor<2>, Tensor<1, Int>);
+///     type Output = ClassificationOutput;
+///     fn loss_step(&self, (x, y): Self::Input) -> (Tensor<1>, Self::Output) {
+///         let output = self.head.forward(x);
+///         let loss = CrossEntropyLossConfig::new().init(&output.device()).forward(output.clone(), y.clone());
+///         (loss.clone(), ClassificationOutput::new(loss, output, y))
+///     }
+/// }
+/// ```
+pub trait LossStep {
+    /// A batch.
+    type Input: Send + 'static;
+    /// What the metrics read.
+    type Output: ItemLazy + 'static;
+
+    /// The loss of `item` (before any scaling) and the metrics item.
+    fn loss_step(&self, item: Self::Input) -> (Tensor<1>, Self::Output);
+}
+
+/// A model trained with loss scaling by burn-train's `Learner`. Its parameters are the
+/// model's; the scaler is shared through a [`ScalerHandle`] and is not part of the record.
+///
+/// # Example
+///
+/// ```
+/// use burn::nn::LinearConfig;
+/// use burn::tensor::Device;
+/// use burn_mpric_022::{LossScaler, Scaled, ScalerHandle};
+///
+/// let handle = ScalerHandle::new(LossScaler::fixed(64.0).unwrap());
+/// let model = Scaled::new(LinearConfig::new(2, 2).init(&Device::flex().autodiff()), handle);
+/// assert_eq!(model.scaler().scale(), 64.0);
+/// ```
+#[derive(Module, Debug)]
+pub struct Scaled<M: Module> {
+    /// The wrapped model.
+    pub model: M,
+    #[module(skip)]
+    scaler: ScalerHandle,
+}
+
+impl<M: Module + ModuleDisplay> Scaled<M> {
+    /// Wraps `model`; `scaler` decides the scale.
+    pub fn new(model: M, scaler: ScalerHandle) -> Self {
+        Self { model, scaler }
+    }
+
+    /// The shared scaler.
+    pub fn scaler(&self) -> &ScalerHandle {
+        &self.scaler
+    }
+
+    /// The wrapped model.
+    pub fn into_inner(self) -> M {
+        self.model
+    }
+}
+
+impl<M: Module + ModuleDisplay + LossStep> TrainStep for Scaled<M> {
+    type Input = M::Input;
+    type Output = ScaledOutput<M::Output>;
+
+    fn step(&self, item: Self::Input) -> TrainOutput<Self::Output> {
+        let (loss, output) = self.model.loss_step(item);
+        let (scaled, slot) = self.scaler.scale_loss(loss);
+        TrainOutput::new(self, scaled.backward(), ScaledOutput::new(output, slot))
+    }
+
+    /// One device, and `MultiDeviceOptim::OptimMainDevice` (the gradients of all devices,
+    /// summed on the main one).
+    fn optimize(
+        self,
+        optim: &mut ModuleOptimizer,
+        lr_module: ModuleLearningRate,
+        grads: GradientsParams,
+    ) -> Self {
+        let handle = self.scaler.clone();
+        handle.optimizer_step(|scaler| scaler.step(optim, lr_module, self, grads))
+    }
+
+    /// `MultiDeviceOptim::OptimSharded`: one gradient shard per device, one decision for all.
+    fn optimize_multi(
+        self,
+        optim: &mut ModuleOptimizer,
+        lr_module: ModuleLearningRate,
+        grads: MultiGradientsParams,
+    ) -> Self {
+        let handle = self.scaler.clone();
+        handle.optimizer_step(|scaler| scaler.step_multi(optim, lr_module, self, grads))
+    }
+}
+
+impl<M: Module + ModuleDisplay + InferenceStep> InferenceStep for Scaled<M> {
+    type Input = M::Input;
+    type Output = M::Output;
+
+    fn step(&self, item: Self::Input) -> Self::Output {
+        self.model.step(item)
+    }
+}

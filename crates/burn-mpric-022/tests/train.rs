@@ -1,0 +1,277 @@
+//! burn-train 0.22 integration: `Scaled` inside a `Learner`, and a whole supervised run.
+
+mod common;
+
+use std::sync::Arc;
+
+use burn::data::dataloader::batcher::Batcher;
+use burn::data::dataloader::{DataLoader, DataLoaderBuilder, Progress};
+use burn::data::dataset::InMemDataset;
+use burn::module::Module;
+use burn::nn::loss::CrossEntropyLossConfig;
+use burn::nn::{LayerNorm, LayerNormConfig, Linear, LinearConfig};
+use burn::optim::AdamConfig;
+use burn::tensor::activation::relu;
+use burn::tensor::{DType, Device, Int, Tensor, TensorData};
+use burn::train::metric::{LossMetric, Metric, MetricMetadata, Numeric};
+use burn::train::{
+    ClassificationOutput, ExecutionStrategy, InferenceStep, ItemLazy, Learner, MultiDeviceOptim,
+    SupervisedTraining, TrainingStrategy,
+};
+use burn_mpric_022::{
+    LossScaleMetric, LossScaler, LossStep, Scaled, ScalerHandle, SkippedStepsMetric, autocast,
+    cast_for_compute, cast_for_output,
+};
+use burn_mpric_core::ResolvedPolicy;
+use burn_mpric_core::scale::LossScalePreset;
+use common::{dtypes, flex, param_bits, values};
+
+#[derive(Module, Debug)]
+struct Classifier {
+    input: Linear,
+    norm: LayerNorm,
+    output: Linear,
+    #[module(skip)]
+    policy: ResolvedPolicy,
+}
+
+impl Classifier {
+    fn new(policy: ResolvedPolicy, device: &Device) -> Self {
+        let model = Self {
+            input: LinearConfig::new(4, 16).init(device),
+            norm: LayerNormConfig::new(16).init(device),
+            output: LinearConfig::new(16, 3).init(device),
+            policy,
+        };
+        autocast(model, policy).unwrap()
+    }
+
+    fn classify(&self, (x, y): (Tensor<2>, Tensor<1, Int>)) -> ClassificationOutput {
+        let h = relu(
+            self.norm
+                .forward(self.input.forward(cast_for_compute(x, &self.policy))),
+        );
+        let logits = cast_for_output(self.output.forward(h), &self.policy);
+        let loss = CrossEntropyLossConfig::new()
+            .init(&logits.device())
+            .forward(logits.clone(), y.clone());
+        ClassificationOutput::new(loss, logits, y)
+    }
+}
+
+impl LossStep for Classifier {
+    type Input = (Tensor<2>, Tensor<1, Int>);
+    type Output = ClassificationOutput;
+
+    fn loss_step(&self, item: Self::Input) -> (Tensor<1>, ClassificationOutput) {
+        let output = self.classify(item);
+        (output.loss.clone(), output)
+    }
+}
+
+impl InferenceStep for Classifier {
+    type Input = (Tensor<2>, Tensor<1, Int>);
+    type Output = ClassificationOutput;
+
+    fn step(&self, item: Self::Input) -> ClassificationOutput {
+        self.classify(item)
+    }
+}
+
+/// A batch of `n` points whose class is the sign pattern of their first two features.
+fn batch(seed: u64, n: usize, device: &Device) -> (Tensor<2>, Tensor<1, Int>) {
+    let x = values(seed, n * 4);
+    let y: Vec<i64> = x
+        .chunks(4)
+        .map(|p| i64::from(p[0] > 0.0) + i64::from(p[1] > 0.0))
+        .collect();
+    (
+        Tensor::from_data(TensorData::new(x, [n, 4]), device),
+        Tensor::from_data(TensorData::new(y, [n]), device),
+    )
+}
+
+fn metadata() -> MetricMetadata {
+    MetricMetadata {
+        progress: Progress {
+            items_processed: 1,
+            items_total: 1,
+            unit: None,
+        },
+        iteration: Some(1),
+        lr: None,
+    }
+}
+
+/// The `Learner`'s own step functions with a `Scaled` model: a poisoned batch is skipped
+/// (parameters unchanged, scale halved), and each step's item carries its own outcome to the
+/// loss-scale metrics.
+#[test]
+fn learner_skips_a_poisoned_step_and_each_item_carries_its_outcome() {
+    let device = flex();
+    let policy: ResolvedPolicy = "mixed_f16".parse().unwrap();
+    let handle = ScalerHandle::new(LossScaler::for_policy(LossScalePreset::Auto, &policy).unwrap());
+    let model = Scaled::new(Classifier::new(policy, &device), handle.clone());
+    let mut learner = Learner::new(model, AdamConfig::new().init(), 1e-2);
+    let mut metrics = Metrics {
+        scale: LossScaleMetric::new(),
+        skipped: SkippedStepsMetric::new(),
+        loss: LossMetric::new(),
+    };
+    let run = |learner: &mut Learner<Scaled<Classifier>>, metrics: &mut Metrics, item| {
+        learner.lr_step();
+        let output = learner.train_step(item);
+        learner.optimizer_step(output.grads);
+        let item = output.item.sync().unwrap();
+        metrics
+            .loss
+            .update(&item.item_adapt(), &metadata())
+            .unwrap();
+        metrics.scale.update(&item.record(), &metadata()).unwrap();
+        metrics.skipped.update(&item.record(), &metadata()).unwrap();
+        item.record()
+    };
+
+    for step in 0..3 {
+        let record = run(&mut learner, &mut metrics, batch(step, 32, &device));
+        assert!(record.outcome.unwrap().is_applied());
+        assert_eq!(record.scale_used, 32768.0);
+    }
+    let before = param_bits(&learner.model());
+    let (x, y) = batch(7, 32, &device);
+    let mask = x.clone().greater_elem(0.9);
+    let x = x.mask_fill(mask, f32::INFINITY);
+    let record = run(&mut learner, &mut metrics, (x, y));
+    assert!(record.is_skipped());
+    assert_eq!(record.scale_used, 32768.0);
+    assert_eq!(record.skipped_total(), 1);
+    assert_eq!(param_bits(&learner.model()), before);
+    assert_eq!(handle.scale(), 16384.0);
+    assert_eq!(metrics.scale.value().unwrap().current(), 32768.0);
+    assert_eq!(metrics.skipped.value().unwrap().current(), 1.0);
+
+    let record = run(&mut learner, &mut metrics, batch(8, 32, &device));
+    assert!(record.outcome.unwrap().is_applied());
+    assert_eq!(record.scale_used, 16384.0);
+    assert_eq!(record.skipped_total(), 1);
+    assert_eq!(handle.stats().steps, 5);
+    assert!(
+        dtypes(&learner.model())
+            .iter()
+            .all(|(stored, _)| *stored == DType::F32)
+    );
+    assert!(metrics.loss.value().unwrap().current().is_finite());
+}
+
+struct Metrics {
+    scale: LossScaleMetric,
+    skipped: SkippedStepsMetric,
+    loss: LossMetric,
+}
+
+/// What the adaptors give the loss metric.
+trait ItemAdapt {
+    fn item_adapt(&self) -> burn::train::metric::LossInput;
+}
+
+impl ItemAdapt for burn_mpric_022::ScaledOutput<ClassificationOutput> {
+    fn item_adapt(&self) -> burn::train::metric::LossInput {
+        burn::train::metric::Adaptor::adapt(self)
+    }
+}
+
+#[derive(Clone)]
+struct PairBatcher;
+
+impl Batcher<(Vec<f32>, i64), (Tensor<2>, Tensor<1, Int>)> for PairBatcher {
+    fn batch(&self, items: Vec<(Vec<f32>, i64)>, device: &Device) -> (Tensor<2>, Tensor<1, Int>) {
+        let n = items.len();
+        let (x, y): (Vec<Vec<f32>>, Vec<i64>) = items.into_iter().unzip();
+        let x: Vec<f32> = x.into_iter().flatten().collect();
+        (
+            Tensor::from_data(TensorData::new(x, [n, 4]), device),
+            Tensor::from_data(TensorData::new(y, [n]), device),
+        )
+    }
+}
+
+/// A data loader of `(features, class)` batches.
+type PairLoader = Arc<dyn DataLoader<(Tensor<2>, Tensor<1, Int>)>>;
+
+fn pair_loaders() -> (PairLoader, PairLoader) {
+    let items: Vec<(Vec<f32>, i64)> = values(3, 64 * 4)
+        .chunks(4)
+        .map(|p| (p.to_vec(), i64::from(p[0] > 0.0) + i64::from(p[1] > 0.0)))
+        .collect();
+    let train = DataLoaderBuilder::new(PairBatcher)
+        .batch_size(16)
+        .build(InMemDataset::new(items.clone()));
+    let valid = DataLoaderBuilder::new(PairBatcher)
+        .batch_size(16)
+        .build(InMemDataset::new(items));
+    (train, valid)
+}
+
+/// burn-train's `MultiDevice` strategy with sharded optimization (two Flex replicas) goes
+/// through `TrainStep::optimize_multi`: one scaler decision per step, parameters at f32.
+#[test]
+fn multi_device_sharded_training_runs_through_the_scaler() {
+    let device = flex();
+    let policy: ResolvedPolicy = "mixed_f16".parse().unwrap();
+    let handle = ScalerHandle::new(LossScaler::for_policy(LossScalePreset::Auto, &policy).unwrap());
+    let model = Scaled::new(Classifier::new(policy, &device), handle.clone());
+    let (train, valid) = pair_loaders();
+    let dir = std::env::temp_dir().join(format!("mpric022-multi-{}", std::process::id()));
+    let strategy = ExecutionStrategy::MultiDevice(
+        vec![Device::flex(), Device::flex()],
+        MultiDeviceOptim::OptimSharded,
+    );
+    let result = SupervisedTraining::new(&dir, train, valid)
+        .with_training_strategy(TrainingStrategy::Default(strategy))
+        .metric_train_numeric(LossScaleMetric::new())
+        .num_epochs(1)
+        .launch(Learner::new(model, AdamConfig::new().init(), 1e-2));
+    let stats = handle.stats();
+    assert_eq!(
+        stats.steps, 2,
+        "4 batches, one per device per step: {stats:?}"
+    );
+    assert_eq!(stats.skipped, 0);
+    let model = result.model.into_inner();
+    assert!(
+        dtypes(&model)
+            .iter()
+            .all(|(stored, _)| *stored == DType::F32)
+    );
+    assert_eq!(model.input.weight.val().dtype(), DType::F16);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A whole `SupervisedTraining` run at bf16 compute with the loss-scale metrics registered:
+/// every step goes through the scaler, and the parameters come back at f32.
+#[test]
+fn supervised_training_runs_through_the_scaler() {
+    let device = flex();
+    let policy: ResolvedPolicy = "mixed_bf16".parse().unwrap();
+    let handle = ScalerHandle::new(LossScaler::for_policy(LossScalePreset::Auto, &policy).unwrap());
+    let model = Scaled::new(Classifier::new(policy, &device), handle.clone());
+    let (train, valid) = pair_loaders();
+    let dir = std::env::temp_dir().join(format!("mpric022-learner-{}", std::process::id()));
+    let result = SupervisedTraining::new(&dir, train, valid)
+        .metric_train_numeric(LossMetric::new())
+        .metric_train_numeric(LossScaleMetric::new())
+        .metric_train_numeric(SkippedStepsMetric::new())
+        .num_epochs(2)
+        .launch(Learner::new(model, AdamConfig::new().init(), 1e-2));
+    assert_eq!(handle.stats().steps, 8, "2 epochs of 4 batches");
+    assert_eq!(handle.stats().skipped, 0);
+    assert_eq!(handle.scale(), 1.0, "bf16: no scaling");
+    let model = result.model.into_inner();
+    assert!(
+        dtypes(&model)
+            .iter()
+            .all(|(stored, _)| *stored == DType::F32)
+    );
+    assert_eq!(model.input.weight.val().dtype(), DType::BF16);
+    let _ = std::fs::remove_dir_all(&dir);
+}

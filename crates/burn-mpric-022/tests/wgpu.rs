@@ -1,0 +1,97 @@
+//! The same guarantees on Wgpu, where a Vulkan adapter exists (Mesa's lavapipe on CI
+//! machines without a GPU); skipped with a message otherwise.
+//!
+//! Wgpu matters because it fails quietly: a kernel fed two float dtypes reads one operand as
+//! the other's type and returns wrong numbers with no error (see the `autocast` module
+//! docs), so these tests compare values against Flex, not only dtypes.
+
+mod common;
+
+use burn::module::Module;
+use burn::optim::{AdamConfig, GradientsParams};
+use burn::tensor::{DType, Tensor, TensorData};
+use burn_mpric_022::{Autocast, LossScaler, autocast, resolve_policy, supported_float_dtypes};
+use burn_mpric_core::scale::LossScalePreset;
+use burn_mpric_core::{FloatDType, ResolvedPolicy};
+use common::{Mlp, dtypes, flex, matrix, param_bits, wgpu};
+
+/// Wgpu reports its dtypes; a policy it cannot run (bf16 on lavapipe and most Vulkan
+/// drivers) is an error naming the dtype, and `half` resolves to what it runs.
+#[test]
+fn wgpu_refuses_what_it_cannot_run() {
+    let Some(device) = wgpu("wgpu_refuses_what_it_cannot_run") else {
+        return;
+    };
+    let supported = supported_float_dtypes(&device);
+    assert!(supported.contains(&FloatDType::F32), "{supported:?}");
+    let half = resolve_policy("mixed_half".parse().unwrap(), &device).unwrap();
+    if supported.contains(&FloatDType::BF16) {
+        assert_eq!(half.compute(), FloatDType::BF16);
+        eprintln!("this Wgpu adapter runs bf16; the refusal is not exercised");
+        return;
+    }
+    assert_eq!(half.compute(), FloatDType::F16);
+    let err = Autocast::for_device("mixed_bf16".parse().unwrap(), &device).unwrap_err();
+    assert!(err.to_string().contains("bf16"), "{err}");
+    let model = Mlp::new(4, 8, 2, &device);
+    let bf16: ResolvedPolicy = "mixed_bf16".parse().unwrap();
+    let err = autocast(model, bf16).unwrap_err();
+    assert!(err.to_string().contains("bf16"), "{err}");
+}
+
+/// f16 training on Wgpu: parameters stay f32, the scaler applies every step, the loss
+/// matches Flex's f32 loss on the same parameters (a mixed-dtype kernel would not), and a
+/// poisoned step is skipped with parameters and optimizer state bit-identical.
+#[test]
+fn f16_training_on_wgpu_matches_flex() {
+    let Some(device) = wgpu("f16_training_on_wgpu_matches_flex") else {
+        return;
+    };
+    let policy: ResolvedPolicy = "mixed_f16".parse().unwrap();
+    let f32_policy: ResolvedPolicy = "f32".parse().unwrap();
+    let reference = Mlp::new(8, 16, 4, &flex());
+    let (x, y) = (matrix(31, 16, 8, &flex()), matrix(32, 16, 4, &flex()));
+    let expected = reference
+        .loss(x.clone(), y.clone(), &f32_policy)
+        .into_scalar::<f32>();
+
+    let mut model = autocast(reference.fork(&device), policy).unwrap();
+    let (x, y) = (x.to_device(&device), y.to_device(&device));
+    let mut optim = AdamConfig::new().init();
+    let mut scaler = LossScaler::for_policy(LossScalePreset::Auto, &policy).unwrap();
+    let mut losses = Vec::new();
+    for _ in 0..8 {
+        let scaled = scaler.scale_loss(model.loss(x.clone(), y.clone(), &policy));
+        let grads = GradientsParams::from_grads(scaled.clone().backward(), &model);
+        let (next, outcome) = scaler.step_with_loss(&mut optim, 1e-2, model, grads, scaled);
+        model = next;
+        let outcome = outcome.unwrap();
+        assert!(outcome.is_applied(), "{outcome:?}");
+        losses.push(outcome.loss.unwrap());
+    }
+    let first = (losses[0] - expected).abs() / expected;
+    assert!(
+        first < 1e-2,
+        "wgpu f16 loss {} vs flex f32 {expected}",
+        losses[0]
+    );
+    assert!(losses[7] < losses[0], "{losses:?}");
+    assert!(
+        dtypes(&model)
+            .iter()
+            .all(|(stored, _)| *stored == DType::F32)
+    );
+    assert_eq!(model.input.weight.val().dtype(), DType::F16);
+
+    let params = param_bits(&model);
+    let state = optim.into_bytes().unwrap().to_vec();
+    let mut data = x.to_data().convert::<f32>().try_to_vec::<f32>().unwrap();
+    data[3] = f32::NAN;
+    let poisoned = Tensor::<2>::from_data(TensorData::new(data, [16, 8]), &device);
+    let scaled = scaler.scale_loss(model.loss(poisoned, y.clone(), &policy));
+    let grads = GradientsParams::from_grads(scaled.backward(), &model);
+    let (model, outcome) = scaler.step(&mut optim, 1e-2, model, grads);
+    assert!(outcome.unwrap().is_skipped());
+    assert_eq!(param_bits(&model), params);
+    assert_eq!(optim.into_bytes().unwrap().to_vec(), state);
+}
