@@ -43,7 +43,10 @@
 //! let grads = GradientsParams::from_grads(scaled.backward(), &model);
 //! let (next, outcome) = scaler.step(&mut optim, 1e-3, model, grads);
 //! model = next;
-//! assert!(outcome.unwrap().is_applied());
+//! let outcome = outcome.unwrap();
+//! // At 2^15 an f16 weight gradient can overflow: the step is then skipped, nothing moves,
+//! // and the scale halves. Otherwise the step is applied at the same scale.
+//! assert!(outcome.is_applied() || outcome.next_scale == 16384.0);
 //! assert_eq!(model.weight.base().dtype(), DType::F32); // stored at f32
 //! assert_eq!(model.weight.val().dtype(), DType::F16); // used at f16
 //! ```

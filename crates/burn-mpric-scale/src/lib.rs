@@ -110,7 +110,7 @@ pub use unscale::{UnscaledGrads, cast_grads_to_param_dtype, unscale_grads};
 // The rules without tensors live once, in burn-mpric-core, for both editions.
 pub use burn_mpric_core::scale::{
     DynamicLossScale, LossScale, LossScaleConfig, LossScaleError, LossScaleKind, LossScalePreset,
-    MAX_STATE_FILE_BYTES, MIN_SCALE, NoOpLossScale, RECORD_FORMAT_VERSION, ScalerRecord,
-    ScalerState, ScalerStats, StateError, StaticLossScale, StepAction, StepOutcome, UpdateRule,
-    inverse_scale, unscale_dtype,
+    MAX_STATE_FILE_BYTES, MIN_SCALE, NoOpLossScale, RECORD_FORMAT_VERSION, ScaleRecord,
+    ScalerRecord, ScalerState, ScalerStats, StateError, StaticLossScale, StepAction, StepOutcome,
+    StepSlot, UpdateRule, inverse_scale, unscale_dtype,
 };

@@ -32,6 +32,7 @@ mod preset;
 mod record;
 mod state;
 mod static_scale;
+mod step_record;
 mod unscale;
 
 pub use clip::ClipNorm;
@@ -48,4 +49,5 @@ pub use record::{
 };
 pub use state::ScalerState;
 pub use static_scale::StaticLossScale;
+pub use step_record::{ScaleRecord, StepSlot};
 pub use unscale::{inverse_scale, unscale_dtype};

@@ -1,0 +1,145 @@
+//! [`ScaleRecord`] and [`StepSlot`]: what loss scaling did in one training step, as a
+//! training framework's per-step metrics item carries it (both editions' burn-train
+//! integrations use them).
+
+use std::sync::{Arc, OnceLock};
+
+use super::outcome::StepOutcome;
+
+/// What loss scaling did in one training step, as that step's metrics item carries it.
+///
+/// The scale used is fixed when the step scales its loss; the optimizer's decision is stored
+/// into the item by the optimizer step that consumed the step's gradients. burn-train runs
+/// that optimizer step before it hands the item to its metrics, so every metric reads the
+/// decision of its own step, however far behind the metric processor runs. Under gradient
+/// accumulation, the items of the steps before the optimizer step reach the metrics before
+/// any decision exists: their `outcome` is `None`.
+///
+/// ```
+/// use burn_mpric_core::scale::ScaleRecord;
+///
+/// let record = ScaleRecord::undecided(1024.0, 2);
+/// assert_eq!(record.scale_used, 1024.0);
+/// assert_eq!(record.skipped_total(), 2);
+/// assert!(!record.is_skipped());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ScaleRecord {
+    /// The scale the step's loss was multiplied by (PyTorch's `scaler.get_scale()` read
+    /// before `scaler.update()`).
+    pub scale_used: f32,
+    /// The optimizer step's outcome (applied or skipped, the next scale, the counters);
+    /// `None` when no optimizer step had run for this step when its item was read.
+    pub outcome: Option<StepOutcome>,
+    skipped_before: u64,
+}
+
+impl ScaleRecord {
+    /// A record of a step with no optimizer decision (yet): its scale and the number of
+    /// skipped steps before it.
+    ///
+    /// ```
+    /// use burn_mpric_core::scale::ScaleRecord;
+    ///
+    /// assert!(ScaleRecord::undecided(8.0, 0).outcome.is_none());
+    /// ```
+    pub fn undecided(scale_used: f32, skipped_before: u64) -> Self {
+        Self {
+            scale_used,
+            outcome: None,
+            skipped_before,
+        }
+    }
+
+    /// Whether this step's optimizer update was skipped (a non-finite gradient).
+    ///
+    /// ```
+    /// use burn_mpric_core::scale::{ScaleRecord, ScalerState};
+    ///
+    /// let mut record = ScaleRecord::undecided(1.0, 0);
+    /// record.outcome = Some(ScalerState::noop().update(false));
+    /// assert!(record.is_skipped());
+    /// ```
+    pub fn is_skipped(&self) -> bool {
+        self.outcome.is_some_and(|o| o.is_skipped())
+    }
+
+    /// Skipped steps so far, this step included.
+    ///
+    /// ```
+    /// use burn_mpric_core::scale::{ScaleRecord, ScalerState};
+    ///
+    /// let mut scaler = ScalerState::noop();
+    /// scaler.update(false);
+    /// let mut record = ScaleRecord::undecided(1.0, 1);
+    /// record.outcome = Some(scaler.update(false));
+    /// assert_eq!(record.skipped_total(), 2);
+    /// ```
+    pub fn skipped_total(&self) -> u64 {
+        self.outcome
+            .map_or(self.skipped_before, |outcome| outcome.stats.skipped)
+    }
+}
+
+/// The slot a training step leaves for its optimizer decision. The first of "the optimizer
+/// decided" ([`decide`](Self::decide)) and "the metrics read the item" ([`read`](Self::read))
+/// fixes its content, so what a metric logs never changes afterwards. Clones share the slot.
+///
+/// ```
+/// use burn_mpric_core::scale::{ScalerState, StepSlot};
+///
+/// let slot = StepSlot::new(4.0, 0);
+/// slot.clone().decide(ScalerState::noop().update(false));
+/// assert!(slot.read().is_skipped());
+///
+/// let read_first = StepSlot::new(4.0, 0);
+/// assert!(read_first.read().outcome.is_none());
+/// read_first.decide(ScalerState::noop().update(false)); // too late: the item keeps what it showed
+/// assert!(read_first.read().outcome.is_none());
+/// ```
+#[derive(Debug, Clone)]
+pub struct StepSlot {
+    scale_used: f32,
+    skipped_before: u64,
+    decision: Arc<OnceLock<Option<StepOutcome>>>,
+}
+
+impl StepSlot {
+    /// An undecided slot for a step whose loss was scaled by `scale_used`, after
+    /// `skipped_before` skipped steps.
+    pub fn new(scale_used: f32, skipped_before: u64) -> Self {
+        Self {
+            scale_used,
+            skipped_before,
+            decision: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// A slot that holds `record` already, decided or not: reads give it back unchanged.
+    ///
+    /// ```
+    /// use burn_mpric_core::scale::{ScaleRecord, StepSlot};
+    ///
+    /// let record = ScaleRecord::undecided(2.0, 3);
+    /// assert_eq!(StepSlot::fixed(record).read(), record);
+    /// ```
+    pub fn fixed(record: ScaleRecord) -> Self {
+        let slot = Self::new(record.scale_used, record.skipped_before);
+        let _ = slot.decision.set(record.outcome);
+        slot
+    }
+
+    /// Stores the optimizer step's outcome, unless the slot was read already.
+    pub fn decide(&self, outcome: StepOutcome) {
+        // Already read by the metrics (gradient accumulation): the item keeps what it showed.
+        let _ = self.decision.set(Some(outcome));
+    }
+
+    /// The record as it stands; the first read of an undecided slot fixes it undecided.
+    pub fn read(&self) -> ScaleRecord {
+        ScaleRecord {
+            outcome: *self.decision.get_or_init(|| None),
+            ..ScaleRecord::undecided(self.scale_used, self.skipped_before)
+        }
+    }
+}
