@@ -23,7 +23,7 @@ use burn022::tensor::{Device, FloatDType, Tensor, TensorData};
 use crate::harness::{Budget, Case};
 use crate::memory::MemorySource;
 use crate::run::{Factory, Prepared, Row, Sizes, measure_group, mlp_spec};
-use crate::workloads::{Spec, Workload, values};
+use crate::workloads::{Spec, Workload, init_bound, values};
 
 /// A Burn 0.22 device to run the edition on, and how its memory is read.
 pub struct Setup022 {
@@ -75,14 +75,9 @@ impl ModuleMapper for Deterministic {
         param.map(|t| {
             let dims = t.dims();
             let host = to_f32(t.clone());
-            if host.windows(2).all(|w| w[0] == w[1]) {
+            let Some(bound) = init_bound(&dims, &host) else {
                 return t;
-            }
-            let fan_in: usize = match D {
-                1 | 2 => dims[0],
-                _ => dims[1..].iter().product(),
             };
-            let bound = 1.0 / (fan_in.max(1) as f32).sqrt();
             let require_grad = t.is_require_grad();
             tensor::<D>(dims, seed, bound, &device).set_require_grad(require_grad)
         })

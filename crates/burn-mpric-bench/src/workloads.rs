@@ -178,6 +178,20 @@ fn tensor<B: Backend, const D: usize>(
     Tensor::from_data(TensorData::new(values(n, seed, bound), shape), device)
 }
 
+/// The bound of the deterministic values that replace a parameter of shape `dims` holding
+/// `host`: `1/sqrt(fan_in)`; `None` for a constant parameter (a norm's scale or shift), which
+/// is kept. Both editions' rows initialise their models by this rule.
+pub fn init_bound(dims: &[usize], host: &[f32]) -> Option<f32> {
+    if host.windows(2).all(|w| w[0] == w[1]) {
+        return None;
+    }
+    let fan_in: usize = match dims.len() {
+        1 | 2 => dims[0],
+        _ => dims[1..].iter().product(),
+    };
+    Some(1.0 / (fan_in.max(1) as f32).sqrt())
+}
+
 /// Replaces every randomly initialised float parameter with deterministic values (uniform,
 /// bound `1/sqrt(fan_in)`); constant ones (norm scales and shifts) are kept.
 struct DeterministicInit<'a, B: Backend> {
@@ -198,14 +212,9 @@ impl<B: Backend> ModuleMapper<B> for DeterministicInit<'_, B> {
                 .into_data()
                 .to_vec::<f32>()
                 .expect("f32 data");
-            if host.windows(2).all(|w| w[0] == w[1]) {
+            let Some(bound) = init_bound(&dims, &host) else {
                 return t;
-            }
-            let fan_in: usize = match D {
-                1 | 2 => dims[0],
-                _ => dims[1..].iter().product(),
             };
-            let bound = 1.0 / (fan_in.max(1) as f32).sqrt();
             let require_grad = t.is_require_grad();
             tensor::<B, D>(dims, seed, bound, &device).set_require_grad(require_grad)
         })
