@@ -3,9 +3,15 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use burn::module::{
+    AutodiffModule, Content, Devices, HasAutodiffModule, Module, ModuleDisplay,
+    ModuleDisplayDefault, ModuleMapper, ModuleVisitor,
+};
 use burn::tensor::Tensor;
-use burn::tensor::backend::Backend;
-use burn_mpric::scale::{LossScaler, ScalerStats, StepError, StepOutcome};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn_mpric::scale::{
+    LossScaler, LossScalerRecord, ScalerStats, StateError, StepError, StepOutcome,
+};
 
 use crate::record::StepSlot;
 
@@ -16,7 +22,16 @@ use crate::record::StepSlot;
 /// [`ScaleRecord`](crate::ScaleRecord)), so a metric processed several steps later still
 /// describes its own step.
 ///
+/// It is a Burn [`Module`] without parameters whose record is the scaler's complete state
+/// ([`LossScalerRecord`]): [`into_record`](Module::into_record) saves a snapshot, and
+/// [`load_record`](Module::load_record) restores it into the shared scaler, so every clone sees
+/// it (see [`restore`](Self::restore) for what a load does). Mapping, visiting, `to_device`,
+/// `fork` and `valid` all keep sharing the same scaler. [`Scaled`](crate::Scaled) puts it in
+/// its record this way, which is how burn-train's checkpoints carry the scaler.
+///
 /// ```
+/// use burn::backend::Flex;
+/// use burn::module::Module;
 /// use burn_mpric::scale::LossScaler;
 /// use burn_mpric_learner::ScalerHandle;
 ///
@@ -24,6 +39,11 @@ use crate::record::StepSlot;
 /// let clone = handle.clone();
 /// assert_eq!(clone.scale(), 8.0);
 /// assert_eq!(handle.stats().steps, 0);
+///
+/// // Its record is the scaler's state; loading one restores it into every clone.
+/// let saved = Module::<Flex>::into_record(ScalerHandle::new(LossScaler::fixed(64.0).unwrap()));
+/// let handle = Module::<Flex>::load_record(handle, saved);
+/// assert_eq!((handle.scale(), clone.scale()), (64.0, 64.0));
 /// ```
 #[derive(Debug, Clone)]
 pub struct ScalerHandle(Arc<Mutex<Shared>>);
@@ -78,6 +98,53 @@ impl ScalerHandle {
         self.lock().scaler
     }
 
+    /// Replaces the shared scaler's state with `record` (scale, counters, configuration and
+    /// clipping), for every clone of this handle.
+    ///
+    /// The record is validated first ([`LossScaler::from_record`]); an invalid one is an error
+    /// and leaves the scaler unchanged. A valid record replaces the scaler whole, whatever its
+    /// kind: a checkpoint's scaler wins over the one the handle was created with, as
+    /// [`LossScaler::from_record`] and PyTorch's `GradScaler.load_state_dict` do (a warning is
+    /// logged when its kind, configuration or clipping differs). Steps whose loss was scaled
+    /// but whose optimizer step has not run are forgotten: their metrics items read no outcome.
+    ///
+    /// ```
+    /// use burn_mpric::scale::{LossScaleConfig, LossScaler};
+    /// use burn_mpric_learner::ScalerHandle;
+    ///
+    /// let mut saved = LossScaler::dynamic(LossScaleConfig::new().with_initial_scale(8.0)).unwrap();
+    /// saved.update(false);
+    /// let handle = ScalerHandle::new(LossScaler::dynamic(LossScaleConfig::new()).unwrap());
+    /// let clone = handle.clone();
+    /// handle.restore(saved.to_record()).unwrap();
+    /// assert_eq!((clone.scale(), clone.stats().skipped), (4.0, 1));
+    ///
+    /// let mut corrupted = saved.to_record();
+    /// corrupted.scale = f32::NAN;
+    /// assert!(handle.restore(corrupted).is_err());
+    /// assert_eq!(clone.scale(), 4.0);
+    /// ```
+    pub fn restore(&self, record: LossScalerRecord) -> Result<(), StateError> {
+        let restored = LossScaler::from_record(record)?;
+        let mut shared = self.lock();
+        let (old, new) = (shared.scaler.to_record(), restored.to_record());
+        if (old.kind, old.config, old.clip_norm) != (new.kind, new.config, new.clip_norm) {
+            log::warn!(
+                "the restored loss scaler ({:?}, config {:?}, clip {:?}) replaces the one in use \
+                 ({:?}, config {:?}, clip {:?})",
+                new.kind,
+                new.config,
+                new.clip_norm,
+                old.kind,
+                old.config,
+                old.clip_norm
+            );
+        }
+        shared.scaler = restored;
+        shared.pending.clear();
+        Ok(())
+    }
+
     /// Scales `loss` with the current scale and opens the slot that the step's optimizer
     /// decision will fill.
     pub(crate) fn scale_loss<B: Backend, const D: usize>(
@@ -122,3 +189,75 @@ impl Default for ScalerHandle {
         Self::new(LossScaler::noop())
     }
 }
+
+/// A module without parameters or devices: every operation keeps sharing the same scaler, and
+/// the record is the scaler's state.
+impl<B: Backend> Module<B> for ScalerHandle {
+    type Record = LossScalerRecord;
+
+    fn collect_devices(&self, devices: Devices<B>) -> Devices<B> {
+        devices
+    }
+
+    fn fork(self, _device: &B::Device) -> Self {
+        self
+    }
+
+    fn to_device(self, _device: &B::Device) -> Self {
+        self
+    }
+
+    fn visit<V: ModuleVisitor<B>>(&self, _visitor: &mut V) {}
+
+    fn map<M: ModuleMapper<B>>(self, _mapper: &mut M) -> Self {
+        self
+    }
+
+    /// Restores `record` into the shared scaler (see [`ScalerHandle::restore`]). `load_record`
+    /// cannot fail, so an invalid record is logged as an error and leaves the scaler unchanged;
+    /// call [`ScalerHandle::restore`] to handle that error yourself.
+    fn load_record(self, record: Self::Record) -> Self {
+        if let Err(err) = self.restore(record) {
+            log::error!("loss-scaler state not restored, the scaler keeps its state: {err}");
+        }
+        self
+    }
+
+    fn into_record(self) -> Self::Record {
+        self.snapshot().to_record()
+    }
+}
+
+impl<B: AutodiffBackend> AutodiffModule<B> for ScalerHandle {
+    type InnerModule = ScalerHandle;
+
+    /// The same shared scaler.
+    fn valid(&self) -> Self::InnerModule {
+        self.clone()
+    }
+
+    fn from_inner(module: Self::InnerModule) -> Self {
+        module
+    }
+}
+
+impl<B: AutodiffBackend> HasAutodiffModule<B> for ScalerHandle {
+    type TrainModule = ScalerHandle;
+}
+
+impl ModuleDisplayDefault for ScalerHandle {
+    fn content(&self, content: Content) -> Option<Content> {
+        let (scale, stats) = {
+            let shared = self.lock();
+            (shared.scaler.scale(), shared.scaler.stats())
+        };
+        content
+            .add_formatted(&format!(
+                "LossScaler {{ scale: {scale}, steps: {}, skipped: {} }}",
+                stats.steps, stats.skipped
+            ))
+            .optional()
+    }
+}
+
+impl ModuleDisplay for ScalerHandle {}

@@ -19,6 +19,17 @@
 //!   PyTorch's `scaler.get_scale()` reads before `scaler.update()`);
 //! - `Skipped Steps` logs the number of skipped steps so far, the logged step included.
 //!
+//! **Checkpoints carry the scaler.** A [`Scaled`] model's record holds the wrapped model's
+//! record and the loss scaler's state (scale, growth and hysteresis counters, step counters,
+//! configuration), so burn-train's file checkpointer (`with_file_checkpointer`) saves it with
+//! the model, and a run resumed with `.checkpoint(epoch)` restores it into the shared
+//! [`ScalerHandle`]: the resumed run goes on with the scale and the skip counts it had, as the
+//! uninterrupted run would, instead of starting over from the initial scale (which, at f16,
+//! would skip steps again to back off). This is what PyTorch asks of its users by saving
+//! `scaler.state_dict()` with every checkpoint. The checkpoint's scaler replaces the handle's
+//! whole, configuration included; a record saved before the scaler was part of it still loads,
+//! and then leaves the scaler as it is (see [`Scaled`] and [`ScalerHandle::restore`]).
+//!
 //! **burn-train's `ExecutionStrategy::DistributedDataParallel` is not supported.** In Burn
 //! 0.21 it all-reduces the gradients inside `backward()` through the backend's
 //! `DistributedBackend::all_reduce`, which only the CUDA backend implements (NCCL), and its

@@ -1,11 +1,17 @@
 //! [`Scaled`]: a model wrapper whose `TrainStep` scales the loss and whose optimizer step
 //! unscales, skips and updates the scale.
 
-use burn::module::{AutodiffModule, Module, ModuleDisplay};
+use burn::module::{
+    AutodiffModule, Content, Devices, EmptyRecord, HasAutodiffModule, Module, ModuleDisplay,
+    ModuleDisplayDefault, ModuleMapper, ModuleVisitor,
+};
 use burn::optim::{GradientsParams, MultiGradientsParams, Optimizer};
+use burn::record::Record;
 use burn::tensor::Tensor;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::train::{InferenceStep, ItemLazy, TrainOutput, TrainStep};
+
+use burn_mpric::scale::LossScalerRecord;
 
 use crate::{ScaledOutput, ScalerHandle};
 
@@ -42,27 +48,183 @@ pub trait LossStep<B: AutodiffBackend> {
 }
 
 /// A model trained with loss scaling by burn-train's `Learner`. Its parameters are the
-/// model's; the scaler is shared through a [`ScalerHandle`] and is not part of the record.
+/// model's; the scaler is shared through a [`ScalerHandle`] by the model's clones.
+///
+/// Its record holds the wrapped model's record and the scaler's state (a
+/// [`LossScalerRecord`]: scale, counters, configuration), so burn-train's file checkpointer
+/// saves the scaler with the model, and a run resumed with `.checkpoint(epoch)` continues with
+/// the scale and counters it had (its `load_record` restores them into the shared handle, for
+/// every clone; see [`ScalerHandle::restore`]). A record saved before the scaler was part of it
+/// loads too: the model's parameters are restored and the scaler keeps its state (a warning is
+/// logged).
 ///
 /// ```
 /// use burn::backend::{Autodiff, Flex};
+/// use burn::module::Module;
 /// use burn::nn::LinearConfig;
 /// use burn_mpric::scale::LossScaler;
 /// use burn_mpric_learner::{Scaled, ScalerHandle};
 ///
 /// type B = Autodiff<Flex>;
+/// let device = Default::default();
 /// let handle = ScalerHandle::new(LossScaler::fixed(64.0).unwrap());
-/// let model = Scaled::<B, _>::new(LinearConfig::new(2, 2).init::<B>(&Default::default()), handle.clone());
+/// let model = Scaled::<B, _>::new(LinearConfig::new(2, 2).init::<B>(&device), handle.clone());
 /// assert_eq!(model.scaler().scale(), 64.0);
+///
+/// // The record carries the scaler: loading it restores the scale into the shared handle.
+/// let record = model.into_record();
+/// assert_eq!(record.scaler.as_ref().map(|s| s.scale), Some(64.0));
+/// let fresh = ScalerHandle::new(LossScaler::fixed(2.0).unwrap());
+/// let resumed = Scaled::<B, _>::new(LinearConfig::new(2, 2).init::<B>(&device), fresh.clone());
+/// let resumed = resumed.load_record(record);
+/// assert_eq!((resumed.scaler().scale(), fresh.scale()), (64.0, 64.0));
 /// ```
-#[derive(Module, Debug)]
+#[derive(Debug)]
 pub struct Scaled<B: Backend, M: Module<B>> {
     /// The wrapped model.
     pub model: M,
-    #[module(skip)]
     scaler: ScalerHandle,
     _backend: core::marker::PhantomData<B>,
 }
+
+/// The record of a [`Scaled`] model: the wrapped model's record and the loss scaler's state.
+///
+/// Its fields are those `#[derive(Module)]` gave it when the scaler was skipped, in the same
+/// order, so a record saved then still loads: its `scaler` was saved as an empty record, which
+/// every recorder reads back as `None`.
+#[derive(Record)]
+pub struct ScaledRecord<B: Backend, M: Module<B>> {
+    /// The wrapped model's record.
+    pub model: <M as Module<B>>::Record,
+    /// The loss scaler's state; `None` in a record saved before it was part of it.
+    pub scaler: Option<LossScalerRecord>,
+    /// Nothing (the backend marker's empty record).
+    pub _backend: EmptyRecord,
+}
+
+impl<B, M> Module<B> for Scaled<B, M>
+where
+    B: Backend,
+    M: Module<B> + ModuleDisplay,
+{
+    type Record = ScaledRecord<B, M>;
+
+    fn load_record(self, record: Self::Record) -> Self {
+        let scaler = match record.scaler {
+            Some(state) => Module::<B>::load_record(self.scaler, state),
+            None => {
+                log::warn!(
+                    "the model record holds no loss-scaler state (saved by an older \
+                     burn-mpric-learner): the scaler keeps its current state"
+                );
+                self.scaler
+            }
+        };
+        Self {
+            model: self.model.load_record(record.model),
+            scaler,
+            _backend: core::marker::PhantomData,
+        }
+    }
+
+    fn into_record(self) -> Self::Record {
+        ScaledRecord {
+            model: self.model.into_record(),
+            scaler: Some(Module::<B>::into_record(self.scaler)),
+            _backend: EmptyRecord,
+        }
+    }
+
+    fn num_params(&self) -> usize {
+        Module::num_params(&self.model)
+    }
+
+    fn visit<V: ModuleVisitor<B>>(&self, visitor: &mut V) {
+        visitor.enter_module("model", "Struct:Scaled");
+        self.model.visit(visitor);
+        visitor.exit_module("model", "Struct:Scaled");
+    }
+
+    fn map<Mapper: ModuleMapper<B>>(self, mapper: &mut Mapper) -> Self {
+        mapper.enter_module("model", "Struct:Scaled");
+        let model = self.model.map(mapper);
+        mapper.exit_module("model", "Struct:Scaled");
+        Self { model, ..self }
+    }
+
+    fn collect_devices(&self, devices: Devices<B>) -> Devices<B> {
+        self.model.collect_devices(devices)
+    }
+
+    fn to_device(self, device: &B::Device) -> Self {
+        Self {
+            model: self.model.to_device(device),
+            ..self
+        }
+    }
+
+    fn fork(self, device: &B::Device) -> Self {
+        Self {
+            model: self.model.fork(device),
+            ..self
+        }
+    }
+}
+
+impl<B, M> AutodiffModule<B> for Scaled<B, M>
+where
+    B: AutodiffBackend,
+    M: AutodiffModule<B> + ModuleDisplay,
+    M::InnerModule: ModuleDisplay,
+{
+    type InnerModule = Scaled<B::InnerBackend, M::InnerModule>;
+
+    /// The wrapped model's `valid()`, sharing the same scaler.
+    fn valid(&self) -> Self::InnerModule {
+        Scaled::new(self.model.valid(), self.scaler.clone())
+    }
+
+    fn from_inner(module: Self::InnerModule) -> Self {
+        Scaled::new(M::from_inner(module.model), module.scaler)
+    }
+}
+
+impl<B, M> HasAutodiffModule<B> for Scaled<B::InnerBackend, M>
+where
+    B: AutodiffBackend,
+    M: Module<B::InnerBackend> + ModuleDisplay + HasAutodiffModule<B>,
+    M::TrainModule: ModuleDisplay,
+{
+    type TrainModule = Scaled<B, M::TrainModule>;
+}
+
+impl<B: Backend, M: Module<B>> Clone for Scaled<B, M> {
+    fn clone(&self) -> Self {
+        Self::new(self.model.clone(), self.scaler.clone())
+    }
+}
+
+impl<B: Backend, M: Module<B> + ModuleDisplay> core::fmt::Display for Scaled<B, M> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}", ModuleDisplay::format(self, Default::default()))
+    }
+}
+
+impl<B: Backend, M: Module<B> + ModuleDisplay> ModuleDisplayDefault for Scaled<B, M> {
+    fn content(&self, content: Content) -> Option<Content> {
+        content
+            .set_top_level_type("Scaled")
+            .add("model", &self.model)
+            .add("scaler", &self.scaler)
+            .optional()
+    }
+
+    fn num_params(&self) -> usize {
+        Module::num_params(self)
+    }
+}
+
+impl<B: Backend, M: Module<B> + ModuleDisplay> ModuleDisplay for Scaled<B, M> {}
 
 impl<B: Backend, M: Module<B>> Scaled<B, M> {
     /// Wraps `model`; `scaler` decides the scale.

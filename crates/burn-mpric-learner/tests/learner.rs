@@ -11,7 +11,7 @@ use burn::data::dataloader::batcher::Batcher;
 use burn::tensor::{Int, Tensor};
 use burn::train::MultiDeviceOptim;
 use burn::train::metric::{Metric, MetricMetadata, MetricName, SerializedEntry};
-use burn_mpric_learner::ScalerHandle;
+use burn_mpric_learner::{ScaleRecord, ScalerHandle};
 
 use common::*;
 
@@ -100,8 +100,10 @@ fn train_lagging(epochs: usize, steps_per_epoch: usize, lags: Arc<Mutex<Vec<u64>
             name: "lagging",
             data: samples(true),
             epochs,
+            initial_scale: 1024.0,
             multi: None,
             accumulation: None,
+            checkpoints: Checkpoints::Off,
         },
         |handle| {
             Some(Lagging {
@@ -147,8 +149,10 @@ fn every_multi_device_mode_skips_a_poisoned_step_like_a_run_without_it() {
                 },
                 data: samples(true),
                 epochs: EPOCHS,
+                initial_scale: 1024.0,
                 multi: Some(mode),
                 accumulation: None,
+                checkpoints: Checkpoints::Off,
             },
             None::<Lagging>,
         );
@@ -161,8 +165,10 @@ fn every_multi_device_mode_skips_a_poisoned_step_like_a_run_without_it() {
                 },
                 data: without_poisoned_iteration(),
                 epochs: EPOCHS,
+                initial_scale: 1024.0,
                 multi: Some(mode),
                 accumulation: None,
+                checkpoints: Checkpoints::Off,
             },
             None::<Lagging>,
         );
@@ -227,8 +233,10 @@ fn two_replicas_equal_one_device_summing_the_same_two_batches_per_step() {
                 },
                 data: samples(poison),
                 epochs: 2,
+                initial_scale: 1024.0,
                 multi: Some(MultiDeviceOptim::OptimMainDevice),
                 accumulation: None,
+                checkpoints: Checkpoints::Off,
             },
             None::<Lagging>,
         );
@@ -241,8 +249,10 @@ fn two_replicas_equal_one_device_summing_the_same_two_batches_per_step() {
                 },
                 data: interleaved(samples(poison)),
                 epochs: 2,
+                initial_scale: 1024.0,
                 multi: None,
                 accumulation: Some(2),
+                checkpoints: Checkpoints::Off,
             },
             None::<Lagging>,
         );
@@ -266,4 +276,107 @@ fn two_replicas_equal_one_device_summing_the_same_two_batches_per_step() {
             }
         }
     }
+}
+
+/// Every step's loss-scaling record, in the order burn-train's metric processor reads them.
+/// (Kept in memory: burn-train 0.21 logs the first epoch of a resumed run into `epoch-1`, so
+/// its files cannot tell a resumed run's epochs apart.)
+#[derive(Clone, Default)]
+struct Decisions(Arc<Mutex<Vec<ScaleRecord>>>);
+
+impl Metric for Decisions {
+    type Input = ScaleRecord;
+
+    fn update(&mut self, record: &ScaleRecord, _: &MetricMetadata) -> SerializedEntry {
+        self.0.lock().unwrap().push(*record);
+        let scale = record.scale_used.to_string();
+        SerializedEntry::new(scale.clone(), scale)
+    }
+
+    fn clear(&mut self) {}
+
+    fn name(&self) -> MetricName {
+        Arc::new("Decisions".to_string())
+    }
+}
+
+/// Trains `epochs` epochs (or, with `ResumeFrom`, up to `epochs`) and returns the run with
+/// the loss-scaling record of each step it ran.
+fn train_recorded(
+    name: &'static str,
+    data: &[Sample],
+    initial_scale: f32,
+    epochs: usize,
+    checkpoints: Checkpoints,
+) -> (Trained, Vec<ScaleRecord>) {
+    let decisions = Decisions::default();
+    let run = train(
+        Run {
+            name,
+            data: data.to_vec(),
+            epochs,
+            initial_scale,
+            multi: None,
+            accumulation: None,
+            checkpoints,
+        },
+        Some(decisions.clone()),
+    );
+    let records = decisions.0.lock().unwrap().clone();
+    (run, records)
+}
+
+#[test]
+fn a_run_resumed_from_a_checkpoint_goes_on_with_the_scale_and_skips_it_had() {
+    // At 2^24, f16 gradients overflow: the first steps are skipped while the scale backs off
+    // (a fresh scaler at 2^24 would skip them again). The poisoned batch is then skipped once
+    // per epoch, halving the scale each time, on both sides of the checkpoint.
+    const EPOCHS: usize = 4;
+    const STOP: usize = 2;
+    let steps = SAMPLES / BATCH;
+    let initial = 2f32.powi(24);
+    let data = samples(true);
+
+    let (whole, whole_steps) =
+        train_recorded("resume-whole", &data, initial, EPOCHS, Checkpoints::Off);
+    let (first, first_steps) =
+        train_recorded("resume-split", &data, initial, STOP, Checkpoints::Save);
+    // A fresh Learner: a fresh model, optimizer and scaler handle at 2^24, then the checkpoint.
+    let (resumed, resumed_steps) = train_recorded(
+        "resume-split",
+        &data,
+        initial,
+        EPOCHS,
+        Checkpoints::ResumeFrom(STOP),
+    );
+    drop(first);
+
+    assert_eq!(whole_steps.len(), EPOCHS * steps);
+    assert_eq!(first_steps[..], whole_steps[..STOP * steps]);
+    // The first part backed off (overflows, then the poisoned batch) before the checkpoint.
+    let at_stop = first_steps.last().unwrap().outcome.unwrap();
+    assert!(at_stop.next_scale < initial / 16.0, "{at_stop:?}");
+    assert!(at_stop.stats.skipped > STOP as u64, "{at_stop:?}");
+
+    // The resumed run starts from the checkpoint's scale and counters, not from 2^24, and makes
+    // every decision the uninterrupted run made: the same scales, skips, counters and losses.
+    assert_eq!(resumed_steps.len(), (EPOCHS - STOP) * steps);
+    assert_eq!(resumed_steps[0].scale_used, at_stop.next_scale);
+    assert_eq!(resumed_steps[..], whole_steps[STOP * steps..]);
+    let skipped_after_resume = resumed_steps.iter().filter(|r| r.is_skipped()).count();
+    assert_eq!(
+        skipped_after_resume,
+        EPOCHS - STOP,
+        "the poisoned batch of each epoch"
+    );
+    assert_eq!(resumed.handle.stats(), whole.handle.stats());
+    assert_eq!(resumed.handle.scale(), whole.handle.scale());
+    assert_eq!(
+        resumed.handle.snapshot().to_record(),
+        whole.handle.snapshot().to_record()
+    );
+
+    // The parameters (and, through every Adam step since, the optimizer state) are the
+    // uninterrupted run's.
+    assert_eq!(resumed.model.param_data(), whole.model.param_data());
 }

@@ -10,6 +10,7 @@ use burn::module::{Module, Param};
 use burn::nn::Linear;
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::optim::AdamConfig;
+use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor, TensorData};
 use burn::train::metric::{AccuracyMetric, LossMetric, Metric};
@@ -143,10 +144,10 @@ pub fn device() -> MpDevice<Flex> {
     Mp::device(Default::default(), "mixed_f16".parse::<Policy>().unwrap()).unwrap()
 }
 
-/// Initial scale 1024, PyTorch's rule (growth after 2000 finite steps, halve on overflow).
-pub fn handle() -> ScalerHandle {
+/// PyTorch's rule (growth after 2000 finite steps, halve on overflow) from `initial_scale`.
+pub fn handle(initial_scale: f32) -> ScalerHandle {
     ScalerHandle::new(
-        LossScaler::dynamic(LossScaleConfig::torch().with_initial_scale(1024.0)).unwrap(),
+        LossScaler::dynamic(LossScaleConfig::torch().with_initial_scale(initial_scale)).unwrap(),
     )
 }
 
@@ -155,10 +156,26 @@ pub struct Run {
     pub name: &'static str,
     pub data: Vec<Sample>,
     pub epochs: usize,
+    /// The dynamic loss scale's initial value (the tests use 1024 unless they need f16 to
+    /// overflow).
+    pub initial_scale: f32,
     pub multi: Option<MultiDeviceOptim>,
     /// Sum the gradients of this many batches per optimizer step (burn-train's
     /// `grads_accumulation`).
     pub accumulation: Option<usize>,
+    /// burn-train's file checkpointer.
+    pub checkpoints: Checkpoints,
+}
+
+/// Whether a run saves checkpoints (burn-train's `with_file_checkpointer`, one per epoch, in
+/// the run's folder) or resumes from one.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Checkpoints {
+    Off,
+    Save,
+    /// Resume from the checkpoint of this epoch (burn-train's `.checkpoint(epoch)`), saved by
+    /// an earlier run of the same name, whose folder (and logs) this run goes on with.
+    ResumeFrom(usize),
 }
 
 /// A finished run: the trained model, the scaler, and the folder with burn-train's logs.
@@ -209,7 +226,7 @@ where
         burn::train::metric::Adaptor<Me::Input>,
 {
     let device = device();
-    let handle = handle();
+    let handle = handle(run.initial_scale);
     let extra = extra(&handle);
     let train = DataLoaderBuilder::new(SampleBatcher)
         .batch_size(BATCH)
@@ -221,7 +238,9 @@ where
         .build(InMemDataset::new(samples(false)));
     let dir =
         std::env::temp_dir().join(format!("mpric-learner-{}-{}", run.name, std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    if !matches!(run.checkpoints, Checkpoints::ResumeFrom(_)) {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     let learner = Learner::new(
         Scaled::new(Classifier::<Ad>::new(&device), handle.clone()),
         AdamConfig::new().init(),
@@ -239,6 +258,19 @@ where
         .num_epochs(run.epochs);
     if let Some(n) = run.accumulation {
         training = training.grads_accumulation(n);
+    }
+    match run.checkpoints {
+        Checkpoints::Off => {}
+        Checkpoints::Save => {
+            // Full precision: the resumed parameters and optimizer state are the saved ones.
+            training = training
+                .with_file_checkpointer(NamedMpkFileRecorder::<FullPrecisionSettings>::new());
+        }
+        Checkpoints::ResumeFrom(epoch) => {
+            training = training
+                .with_file_checkpointer(NamedMpkFileRecorder::<FullPrecisionSettings>::new())
+                .checkpoint(epoch);
+        }
     }
     if let Some(mode) = run.multi {
         let devices = vec![device.clone(), device.clone()];
