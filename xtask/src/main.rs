@@ -1,17 +1,22 @@
 //! Developer tasks, run as `cargo xtask <command>`.
 //!
-//! - `check`: the layout rules (no import circles, a Burn-independent core; see
-//!   `layout.rs`), formatting, lints and the whole test suite, as CI runs them.
+//! - `check`: the Vulkan preflight (`vulkan.rs`, shared with the benchmark suite), the layout
+//!   rules (no import circles, a Burn-independent core; see `layout.rs`), the documentation
+//!   rules (no path outside the repository, relative links that resolve, the op table's
+//!   document; see `docs.rs`), formatting, lints and the whole test suite, as CI runs them.
 //! - `burn023`: the Burn 0.22 edition's tests against Burn 0.23.0-pre.1 (outside CI; see
 //!   `burn023.rs`).
 //! - `bench`: builds the benchmark suite (`mpric-bench`) in release mode and runs it; the
 //!   report goes to `target/bench/` (`report.md`, `report.json`, `report.svg`).
 
 mod burn023;
+mod docs;
 mod layout;
 
 use std::path::Path;
 use std::process::{Command, ExitCode};
+
+use xtask::vulkan::Vulkan;
 
 fn cargo(args: &[&str]) -> Result<(), String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -27,78 +32,16 @@ fn cargo(args: &[&str]) -> Result<(), String> {
     }
 }
 
+/// What needs a Vulkan adapter when `cargo xtask check` runs.
+const WGPU_TESTS: &str = "the wgpu tests";
+
 /// On Linux, the wgpu tests need a Vulkan loader (`libvulkan.so.1`) and a driver (an ICD
 /// manifest). Without them they fail deep inside cubecl; this says what is missing first.
-#[cfg(target_os = "linux")]
 fn vulkan_preflight() -> Result<(), String> {
-    let install = "install it with `apt-get install -y mesa-vulkan-drivers libvulkan1` (a software driver; your GPU's Vulkan driver works too)";
-    let mut lib_dirs: Vec<std::path::PathBuf> = [
-        "/usr/lib",
-        "/usr/lib64",
-        "/usr/local/lib",
-        "/lib",
-        "/lib64",
-        "/run/opengl-driver/lib",
-    ]
-    .iter()
-    .map(Into::into)
-    .collect();
-    if let Ok(paths) = std::env::var("LD_LIBRARY_PATH") {
-        lib_dirs.extend(paths.split(':').filter(|p| !p.is_empty()).map(Into::into));
+    match Vulkan::probe().missing() {
+        Some(missing) => Err(missing.message(WGPU_TESTS)),
+        None => Ok(()),
     }
-    if let Ok(entries) = std::fs::read_dir("/usr/lib") {
-        lib_dirs.extend(entries.flatten().map(|e| e.path()).filter(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().ends_with("-linux-gnu"))
-        }));
-    }
-    if !lib_dirs.iter().any(|d| d.join("libvulkan.so.1").exists()) {
-        return Err(format!(
-            "no Vulkan loader (libvulkan.so.1) on this machine, and the wgpu tests need one: {install}"
-        ));
-    }
-    // The loader's own search: explicit file lists first, then the ICD folders.
-    let listed = ["VK_DRIVER_FILES", "VK_ICD_FILENAMES", "VK_ADD_DRIVER_FILES"]
-        .iter()
-        .filter_map(|v| std::env::var(v).ok())
-        .any(|files| files.split(':').any(|f| Path::new(f).exists()));
-    let mut icd_dirs: Vec<std::path::PathBuf> = vec![
-        "/etc/vulkan/icd.d".into(),
-        "/etc/xdg/vulkan/icd.d".into(),
-        "/usr/local/share/vulkan/icd.d".into(),
-        "/usr/share/vulkan/icd.d".into(),
-    ];
-    if let Ok(home) = std::env::var("HOME") {
-        icd_dirs.push(Path::new(&home).join(".local/share/vulkan/icd.d"));
-    }
-    for var in ["XDG_DATA_DIRS", "XDG_CONFIG_DIRS"] {
-        if let Ok(dirs) = std::env::var(var) {
-            icd_dirs.extend(
-                dirs.split(':')
-                    .filter(|d| !d.is_empty())
-                    .map(|d| Path::new(d).join("vulkan/icd.d")),
-            );
-        }
-    }
-    let found = icd_dirs.iter().any(|d| {
-        std::fs::read_dir(d).is_ok_and(|entries| {
-            entries
-                .flatten()
-                .any(|e| e.path().extension().is_some_and(|x| x == "json"))
-        })
-    });
-    if listed || found {
-        Ok(())
-    } else {
-        Err(format!(
-            "no Vulkan driver on this machine (no ICD manifest in /etc/vulkan/icd.d or /usr/share/vulkan/icd.d), and the wgpu tests need one: {install}"
-        ))
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn vulkan_preflight() -> Result<(), String> {
-    Ok(())
 }
 
 fn check() -> Result<(), String> {
@@ -107,6 +50,7 @@ fn check() -> Result<(), String> {
         .parent()
         .ok_or("xtask has no parent directory")?;
     layout::check(root)?;
+    docs::check(root)?;
     cargo(&["fmt", "--all", "--", "--check"])?;
     cargo(&[
         "clippy",
@@ -154,7 +98,8 @@ fn bench(args: &[String]) -> Result<(), String> {
 const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
-  check    layout rules, cargo fmt --check, clippy -D warnings, and the whole test suite
+  check    layout and documentation rules, cargo fmt --check, clippy -D warnings, and the
+           whole test suite
   burn023  the Burn 0.22 edition (burn-mpric-022) built and tested against Burn
            0.23.0-pre.1 in target/burn023/ (not part of `check`; arguments go to
            `cargo test`)

@@ -27,9 +27,10 @@
 //! # Which layers stay at full precision
 //!
 //! PyTorch's autocast runs `layer_norm`, `group_norm` (and on MPS `batch_norm`) at f32 and
-//! matmul-like ops at the compute dtype (reference section d.4). In Burn 0.22 a parameter can
-//! stay at f32 only where the layer meets it with an f32 input, or the layer's op sees two
-//! dtypes. What burn-nn 0.22.1 allows:
+//! matmul-like ops at the compute dtype (the 0.21 edition's op table follows its lists: see
+//! `docs/op-categories.md` in the repository). In Burn 0.22 a parameter can stay at f32 only
+//! where the layer meets it with an f32 input, or the layer's op sees two dtypes. What
+//! burn-nn 0.22.1 allows:
 //!
 //! - **`LayerNorm` under f16 compute: kept at full precision (the default).** burn-nn's
 //!   `LayerNorm::forward` widens an f16 input, gamma and beta to f32 itself, normalizes at

@@ -7,6 +7,7 @@
 //!
 //! `cargo xtask bench [--full] [--backend flex|wgpu|cuda] [--workload NAME]`
 
+mod adapter;
 mod edition022;
 mod harness;
 mod memory;
@@ -293,12 +294,14 @@ fn run_on<I: Backend>(
 }
 
 /// The Burn 0.22 edition's rows, on Burn 0.22's Flex and Wgpu where the decorator's run on
-/// the same kind of backend.
+/// the same kind of backend; `no_wgpu` says why Wgpu cannot run here (when it was wanted and
+/// cannot).
 fn run_edition022(
     args: &Args,
     workloads: &[Workload],
     out: &mut Collected,
     wanted: impl Fn(BackendKind) -> bool,
+    no_wgpu: Option<&str>,
 ) {
     use burn022::tensor::{Device, DeviceKind};
     let mut run = |setup: Setup022, detail: String, threads: String| {
@@ -321,7 +324,9 @@ fn run_edition022(
         };
         run(setup, "Burn 0.22.1 Flex".into(), flex_threads());
     }
-    if wanted(BackendKind::Wgpu) {
+    if let Some(why) = no_wgpu {
+        skipped(out, "wgpu (burn 0.22)", why.to_string());
+    } else if wanted(BackendKind::Wgpu) {
         let device = Device::wgpu(DeviceKind::DefaultDevice);
         let probe = {
             let device = device.clone();
@@ -340,7 +345,11 @@ fn run_edition022(
                 };
                 run(setup, "Burn 0.22.1 Wgpu".into(), "-".into());
             }
-            Err(why) => skipped(out, "wgpu (burn 0.22)", format!("no adapter: {why}")),
+            Err(why) => skipped(
+                out,
+                "wgpu (burn 0.22)",
+                format!("wgpu could not start its device: {why}"),
+            ),
         }
     }
 }
@@ -408,13 +417,8 @@ fn machine(load_at_start: String) -> Machine {
         .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
         .map(|kib| report::bytes(kib * 1024))
         .unwrap_or_else(|| "unknown".into());
-    let mut vulkan_icds: Vec<String> = ["/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d"]
-        .iter()
-        .filter_map(|dir| std::fs::read_dir(dir).ok())
-        .flatten()
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .collect();
-    vulkan_icds.sort();
+    // The driver manifests the Vulkan loader would read (the preflight's search).
+    let vulkan_icds = xtask::vulkan::Vulkan::probe().driver_names();
     Machine {
         cpu: first_line_of("/proc/cpuinfo", "model name").unwrap_or_else(|| "unknown".into()),
         cores: cores(),
@@ -483,7 +487,15 @@ fn main() -> ExitCode {
             flex_threads(),
         );
     }
-    if wanted(BackendKind::Wgpu) {
+    // Asked once, before any wgpu device is started: cubecl panics without an adapter.
+    let no_wgpu = if wanted(BackendKind::Wgpu) {
+        adapter::wgpu_unavailable()
+    } else {
+        None
+    };
+    if let Some(why) = &no_wgpu {
+        skipped(&mut out, "wgpu", why.clone());
+    } else if wanted(BackendKind::Wgpu) {
         type W = burn::backend::Wgpu;
         let device = WgpuDevice::default();
         match probe::<W>(&device) {
@@ -500,13 +512,17 @@ fn main() -> ExitCode {
                 name,
                 wgpu_threads(&device),
             ),
-            Err(why) => skipped(&mut out, "wgpu", format!("no adapter: {why}")),
+            Err(why) => skipped(
+                &mut out,
+                "wgpu",
+                format!("wgpu could not start its device: {why}"),
+            ),
         }
     }
     if wanted(BackendKind::Cuda) {
         run_cuda(&args, &workloads, &mut out);
     }
-    run_edition022(&args, &workloads, &mut out, wanted);
+    run_edition022(&args, &workloads, &mut out, wanted, no_wgpu.as_deref());
 
     let targets = report::targets(&out.rows, &out.backends);
     let report = Report {

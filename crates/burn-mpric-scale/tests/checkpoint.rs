@@ -1,5 +1,5 @@
-//! Scaler state on disk: resume with the identical trajectory (reference f.17 as a save/load
-//! analogue), bit-exact round trips, and typed errors (never an abort) for corrupt, foreign,
+//! Scaler state on disk: resume with the identical trajectory (PyTorch's `GradScaler`
+//! `state_dict` round trip, as a save/load analogue), bit-exact round trips, and typed errors (never an abort) for corrupt, foreign,
 //! huge or mismatched files.
 
 mod common;

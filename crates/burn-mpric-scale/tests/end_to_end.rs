@@ -1,4 +1,5 @@
-//! PyTorch's end-to-end scaling cases (reference f.15, f.16) with real `Linear` models and real
+//! PyTorch's end-to-end scaling cases (its `test_grad_scaling_*` tests: a skipped step,
+//! gradient accumulation, clipping after unscale) with real `Linear` models and real
 //! optimizers, and the skip semantics with Adam.
 
 mod common;

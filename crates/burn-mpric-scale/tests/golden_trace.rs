@@ -1,5 +1,5 @@
-//! Reference b.9: the cross-system trace (events T T F T T T F F T T, init 128, factor 2,
-//! backoff 0.5, interval 2, min 1) for every preset, and the presets' own parameters.
+//! The cross-system trace of `docs/loss-scaling.md` (events T T F T T T F F T T, init 128,
+//! factor 2, backoff 0.5, interval 2, min 1) for every preset, and the presets' own parameters.
 
 use burn_mpric_scale::{DynamicLossScale, LossScaleConfig, MIN_SCALE, UpdateRule};
 

@@ -1,4 +1,4 @@
-//! jmp's loss-scale tests (reference f.4-f.12) and construction checks.
+//! jmp's loss-scale tests (and eformer's period-two case) and construction checks.
 
 use burn::backend::Flex;
 use burn::tensor::Tensor;
@@ -215,7 +215,7 @@ fn f12_noop_is_the_identity() {
 
 #[test]
 fn default_configuration_does_not_fail_on_its_first_step() {
-    // f.25: eformer's default (an int32 initial scale) crashes on the first adjust.
+    // eformer's default (an int32 initial scale) crashes on the first adjust.
     let s = LossScaleConfig::default().init().unwrap();
     assert_eq!(s.adjust(true).loss_scale(), 32768.0);
     assert_eq!(s.adjust(false).loss_scale(), 16384.0);

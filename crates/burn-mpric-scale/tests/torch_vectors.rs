@@ -1,4 +1,5 @@
-//! PyTorch `GradScaler` vectors (reference f.13, f.14, f.19, f.22) and Keras 3 vectors (f.23).
+//! PyTorch `GradScaler` vectors (the scale update, the unscale kernel, growth saturation, the
+//! backoff floor) and Keras 3 `LossScaleOptimizer` vectors.
 
 mod common;
 

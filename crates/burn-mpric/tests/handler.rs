@@ -1,5 +1,6 @@
-//! `PrecisionHandler` against eformer's defects (reference b.1.4, f.24-f.26) and the seed's
-//! cast API (f.3).
+//! `PrecisionHandler` against the defects of eformer's `PrecisionHandler` (gradients returned
+//! scaled, the loss reported with the wrong scale, a default configuration that fails on its
+//! first step) and eformer's cast API.
 
 use burn::backend::{Autodiff, Flex};
 use burn::module::{Module, Param};

@@ -1,4 +1,5 @@
-//! The policy grammar against eformer's and jmp's behaviour (reference c.1, c.2, f.1, f.2).
+//! The policy grammar against eformer's (`Policy.from_string`) and jmp's (`get_policy`)
+//! behaviour, and the `Display` round trip.
 
 use burn::backend::{Flex, NdArray};
 use burn::config::Config;

@@ -12,7 +12,7 @@ use super::loss_scale::LossScale;
 
 /// A named loss-scale setting.
 ///
-/// The default initial scale of `dynamic` (and `auto`) is 2^15, eformer's and the seed's;
+/// The default initial scale of `dynamic` (and `auto`) is 2^15, eformer's and jmp's;
 /// `torch` starts at PyTorch's 2^16.
 ///
 /// ```

@@ -1,4 +1,4 @@
-//! [`PrecisionHandler`]: the seed's cast-and-wrap API, with loss scaling done right.
+//! [`PrecisionHandler`]: eformer's cast-and-wrap API, with loss scaling done right.
 
 mod cast;
 
