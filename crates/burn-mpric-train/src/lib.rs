@@ -31,6 +31,7 @@ mod backend;
 pub mod checkpoint;
 pub mod cli;
 mod data;
+mod digest;
 mod error;
 mod models;
 mod optim;

@@ -1,7 +1,7 @@
 //! A validated recipe with its data loaded: everything `mpric check` verifies and
 //! `mpric train` runs.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use burn::module::Module;
 use burn_mpric::ResolvedPolicy;
@@ -29,6 +29,8 @@ pub struct Plan {
     pub recipe: Recipe,
     /// How errors name the recipe (its path).
     pub label: String,
+    /// Where the data's relative paths start: the recipe file's folder.
+    pub base: PathBuf,
     /// The data.
     pub(crate) data: Dataset,
     /// Steps per epoch at the recipe's batch size.
@@ -55,7 +57,8 @@ impl Plan {
     /// ```
     pub fn load(path: &Path, overrides: &[String]) -> Result<Self, Error> {
         let recipe = Recipe::from_file(path, overrides)?;
-        Self::new(recipe, &path.display().to_string())
+        let base = path.parent().unwrap_or(Path::new("")).to_path_buf();
+        Self::in_folder(recipe, &path.display().to_string(), base)
     }
 
     /// Validates a recipe and loads its data; `label` names the recipe in errors.
@@ -69,9 +72,28 @@ impl Plan {
     /// assert!(err.to_string().starts_with("mine.toml: batch_size: must be at most"));
     /// ```
     pub fn new(recipe: Recipe, label: &str) -> Result<Self, Error> {
+        Self::in_folder(recipe, label, PathBuf::new())
+    }
+
+    /// As [`new`](Self::new), with the data's relative paths read from `base` (the recipe
+    /// file's folder) instead of the working directory.
+    ///
+    /// ```
+    /// use burn_mpric_train::{Plan, Recipe};
+    ///
+    /// let recipe = Recipe::from_toml_str(
+    ///     "batch_size = 8\nsteps = 5\noutput = \"runs/doc\"\n[model]\nkind = \"mlp\"\n[optimizer]\nkind = \"sgd\"\nlr = 0.1\n[dataset]\nkind = \"csv\"\npath = \"nope.csv\"\ntarget = \"y\"\ntask = \"regression\"",
+    ///     "r.toml", &[])?;
+    /// let err = Plan::in_folder(recipe, "r.toml", "/no/such/folder".into()).unwrap_err();
+    /// assert!(err.to_string().starts_with("r.toml: dataset.path: /no/such/folder/nope.csv: cannot read it"), "{err}");
+    /// assert_eq!(err.exit_code(), 2);
+    /// # Ok::<(), burn_mpric_train::Error>(())
+    /// ```
+    pub fn in_folder(recipe: Recipe, label: &str, base: PathBuf) -> Result<Self, Error> {
         let in_file = |err: RecipeError| err.in_file(label);
         recipe.validate().map_err(in_file)?;
-        let data = Dataset::load(&recipe.dataset, &recipe.model, recipe.seed).map_err(in_file)?;
+        let data =
+            Dataset::load(&recipe.dataset, &recipe.model, recipe.seed, &base).map_err(in_file)?;
         data.check_batch_size(recipe.batch_size).map_err(in_file)?;
         let steps_per_epoch = data.steps_per_epoch(recipe.batch_size);
         let total_steps = recipe.total_steps(steps_per_epoch);
@@ -88,6 +110,7 @@ impl Plan {
         Ok(Self {
             recipe,
             label: label.to_string(),
+            base,
             data,
             steps_per_epoch,
             total_steps,

@@ -4,7 +4,9 @@
 
 use serde_json::Value;
 
+use crate::checkpoint::manifest::FileDigest;
 use crate::error::Error;
+use crate::plan::Plan;
 use crate::recipe::Recipe;
 
 /// Fields a resumed run may change: how long it runs, how often it checkpoints, when it stops
@@ -40,6 +42,28 @@ pub(crate) fn compatible(saved: &Recipe, current: &Recipe) -> Result<(), Error> 
         None => Ok(()),
         Some((field, was, now)) => Err(Error::Resume(format!(
             "the recipe's `{field}` is {now} but the run was started with {was}; resume with the recipe the run started with (only steps, epochs, checkpoint_every, max_consecutive_skips and output may change)"
+        ))),
+    }
+}
+
+/// Errors when the data files a checkpoint was trained on (`saved`, from its manifest)
+/// differ from the ones `plan` loaded.
+pub(crate) fn same_data(saved: Option<&FileDigest>, plan: &Plan) -> Result<(), Error> {
+    let Some(saved) = saved else {
+        return Ok(());
+    };
+    match plan.data.digest() {
+        Some(now) if now == saved => Ok(()),
+        now => Err(Error::Resume(format!(
+            "the data of `{}` changed since the checkpoint ({} bytes, SHA-256 {}... then; {} now); resume on the data the run started with, or start a new run in another output folder",
+            plan.recipe.dataset.label(),
+            saved.bytes,
+            &saved.sha256[..saved.sha256.len().min(12)],
+            now.map_or("no file".to_string(), |d| format!(
+                "{} bytes, SHA-256 {}...",
+                d.bytes,
+                &d.sha256[..d.sha256.len().min(12)]
+            ))
         ))),
     }
 }

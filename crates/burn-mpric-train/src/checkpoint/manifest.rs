@@ -3,14 +3,13 @@
 //! against it before anything is loaded.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::io::Read;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::checkpoint::record_layout::{RecordTensor, record_tensors};
+pub use crate::digest::FileDigest;
 
 /// The manifest's file name inside a checkpoint folder.
 ///
@@ -25,45 +24,6 @@ pub const MANIFEST_FILE: &str = "manifest.json";
 /// assert_eq!(burn_mpric_train::checkpoint::manifest::MAX_MANIFEST_BYTES, 16 << 20);
 /// ```
 pub const MAX_MANIFEST_BYTES: u64 = 16 << 20;
-
-/// Size and content hash of one file.
-///
-/// ```
-/// use burn_mpric_train::checkpoint::manifest::FileDigest;
-///
-/// let digest = FileDigest::of(b"abc");
-/// assert_eq!(digest.bytes, 3);
-/// assert!(digest.sha256.starts_with("ba7816bf"));
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileDigest {
-    /// Size in bytes.
-    pub bytes: u64,
-    /// SHA-256 of the content, lowercase hex.
-    pub sha256: String,
-}
-
-impl FileDigest {
-    /// The digest of `content`.
-    ///
-    /// ```
-    /// use burn_mpric_train::checkpoint::manifest::FileDigest;
-    ///
-    /// assert_ne!(FileDigest::of(b"a"), FileDigest::of(b"b"));
-    /// ```
-    pub fn of(content: &[u8]) -> Self {
-        let hash = Sha256::digest(content);
-        let mut sha256 = String::with_capacity(64);
-        for byte in hash {
-            let _ = write!(sha256, "{byte:02x}");
-        }
-        Self {
-            bytes: content.len() as u64,
-            sha256,
-        }
-    }
-}
 
 /// What a checkpoint folder must hold.
 ///
@@ -93,6 +53,10 @@ pub struct Manifest {
     pub model: Vec<RecordTensor>,
     /// The tensors of the optimizer record (paths start with the parameter id).
     pub optimizer: Vec<RecordTensor>,
+    /// The content of the user's data files the run trains on (none for bundled data): a
+    /// resumed run refuses data that changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dataset: Option<FileDigest>,
 }
 
 /// The model and optimizer records whose layouts a manifest lists.
@@ -130,6 +94,7 @@ impl Manifest {
                 .collect(),
             model,
             optimizer,
+            dataset: None,
         })
     }
 

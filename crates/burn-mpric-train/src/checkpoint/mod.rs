@@ -49,7 +49,9 @@ use burn_mpric::scale::LossScaler;
 use burn_mpric::{MixedPrecision, MpDevice, Policy};
 
 use crate::atomic::{sync_dir, write_synced};
-use crate::checkpoint::manifest::{MANIFEST_FILE, Manifest, optimizer_fits, same_layout};
+use crate::checkpoint::manifest::{
+    FileDigest, MANIFEST_FILE, Manifest, optimizer_fits, same_layout,
+};
 use crate::checkpoint::record_layout::{non_finite_tensors, record_tensors};
 pub use crate::data::DataPosition;
 use crate::data::Sampler;
@@ -425,6 +427,8 @@ impl Checkpoint {
         let (manifest, state, files) = self.read_proven().map_err(Rejection::Invalid)?;
         crate::checkpoint::compat::compatible(&state.recipe, &plan.recipe)
             .map_err(Rejection::Incompatible)?;
+        crate::checkpoint::compat::same_data(manifest.dataset.as_ref(), plan)
+            .map_err(Rejection::Incompatible)?;
         self.fits(plan, manifest, state, files)
             .map_err(Rejection::Invalid)
     }
@@ -738,6 +742,7 @@ pub(crate) fn save<B, O>(
     optim: &O,
     state: &TrainState,
     param: FloatDType,
+    dataset: Option<&FileDigest>,
 ) -> Result<Checkpoint, Error>
 where
     B: AutodiffBackend,
@@ -783,8 +788,9 @@ where
         (OPTIMIZER_FILE, optim_bytes.as_slice()),
         (STATE_FILE, state_bytes.as_slice()),
     ];
-    let manifest = Manifest::new(state.step, &files, Some((&model_bytes, &optim_bytes)))
+    let mut manifest = Manifest::new(state.step, &files, Some((&model_bytes, &optim_bytes)))
         .map_err(Error::Internal)?;
+    manifest.dataset = dataset.cloned();
     for (name, bytes) in files {
         write_synced(&tmp.join(name), bytes)?;
     }

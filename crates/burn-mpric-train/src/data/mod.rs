@@ -1,16 +1,23 @@
 //! Datasets, the deterministic batch order, and batches as tensors.
 
+pub mod csv;
+pub mod images;
 pub mod rng;
+pub mod source;
 pub mod tabular;
 pub mod text;
+
+use std::path::Path;
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
 use crate::data::rng::Rng;
+use crate::digest::FileDigest;
 use crate::error::RecipeError;
-use crate::recipe::{DatasetConfig, DatasetName, ModelConfig};
+use crate::recipe::{DataSource, DatasetConfig, ModelConfig};
+use images::{ImageShape, Images};
 use tabular::{Tabular, Task};
 use text::Text;
 
@@ -21,6 +28,8 @@ pub enum Dataset {
     Tabular(Tabular),
     /// Characters.
     Text(Text),
+    /// Images (their pixels as features) and classes.
+    Images(Images),
 }
 
 /// The sizes a model needs from its data.
@@ -30,78 +39,122 @@ pub struct Dims {
     pub inputs: usize,
     /// Classes, 1 for regression, or the vocabulary size for text.
     pub outputs: usize,
+    /// The shape of each image, for image data (`inputs` is its number of values).
+    pub image: Option<ImageShape>,
 }
 
 impl Dataset {
-    /// Loads the dataset of a recipe; the split depends on `seed`.
-    pub fn load(spec: &DatasetConfig, model: &ModelConfig, seed: u64) -> Result<Self, RecipeError> {
-        match spec.name {
-            DatasetName::TinyText => {
-                let context = match model {
-                    ModelConfig::TransformerLm(c) => c.context,
-                    _ => {
-                        return Err(RecipeError::new(
-                            "model.kind",
-                            "tiny_text trains model kind `transformer_lm`",
-                        ));
-                    }
-                };
-                Text::load(spec.eval_fraction(), context).map(Dataset::Text)
+    /// Loads the dataset of a recipe; the split depends on `seed`; relative paths start at
+    /// `base` (the recipe file's folder).
+    pub fn load(
+        spec: &DatasetConfig,
+        model: &ModelConfig,
+        seed: u64,
+        base: &Path,
+    ) -> Result<Self, RecipeError> {
+        let fraction = spec.eval_fraction();
+        let context = || match model {
+            ModelConfig::TransformerLm(c) => Ok(c.context),
+            _ => Err(RecipeError::new(
+                "model.kind",
+                "text trains model kind `transformer_lm`",
+            )),
+        };
+        match spec.source()? {
+            DataSource::Builtin(crate::recipe::DatasetName::TinyText) => {
+                Text::load(fraction, context()?).map(Dataset::Text)
             }
-            name => Tabular::load(name, spec.eval_fraction(), seed).map(Dataset::Tabular),
+            DataSource::Builtin(name) => Tabular::load(name, fraction, seed).map(Dataset::Tabular),
+            DataSource::Text { path } => {
+                let (path, bytes, digest) = source::read_file(base, &path)?;
+                Text::from_file(&path, &bytes, digest, fraction, context()?).map(Dataset::Text)
+            }
+            DataSource::Csv(csv) => {
+                let (path, bytes, digest) = source::read_file(base, &csv.path)?;
+                let table = csv::parse(&path, &bytes, &csv)?;
+                drop(bytes);
+                let name = format!("csv {}", csv.path.display());
+                let mut data = Tabular::split(name, table, fraction, seed, 1)?;
+                data.digest = Some(digest);
+                Ok(Dataset::Tabular(data))
+            }
+            DataSource::ImageFolder(images) => {
+                images::load(base, &images, fraction, seed).map(Dataset::Images)
+            }
+        }
+    }
+
+    /// The content hash of the user's data files (none for bundled data).
+    pub fn digest(&self) -> Option<&FileDigest> {
+        match self {
+            Dataset::Tabular(t) => t.digest.as_ref(),
+            Dataset::Images(i) => i.table.digest.as_ref(),
+            Dataset::Text(t) => t.digest.as_ref(),
+        }
+    }
+
+    /// The examples as a table, for data made of features (tabular and images).
+    fn tabular(&self) -> Option<&Tabular> {
+        match self {
+            Dataset::Tabular(t) => Some(t),
+            Dataset::Images(i) => Some(&i.table),
+            Dataset::Text(_) => None,
         }
     }
 
     /// Input and output sizes for the model.
     pub fn dims(&self) -> Dims {
-        match self {
-            Dataset::Tabular(t) => Dims {
+        match (self.tabular(), self) {
+            (Some(t), _) => Dims {
                 inputs: t.features,
                 outputs: t.outputs(),
+                image: match self {
+                    Dataset::Images(i) => Some(i.shape),
+                    _ => None,
+                },
             },
-            Dataset::Text(t) => Dims {
+            (None, Dataset::Text(t)) => Dims {
                 inputs: t.vocab_size(),
                 outputs: t.vocab_size(),
+                image: None,
             },
+            (None, _) => unreachable!("every dataset but text is tabular"),
         }
     }
 
     #[cfg(test)]
     /// Training examples (tabular) or characters (text).
     pub fn train_len(&self) -> usize {
-        match self {
-            Dataset::Tabular(t) => t.train_len(),
-            Dataset::Text(t) => t.train_len(),
+        match (self.tabular(), self) {
+            (Some(t), _) => t.train_len(),
+            (None, Dataset::Text(t)) => t.train_len(),
+            (None, _) => 0,
         }
     }
 
     #[cfg(test)]
     /// Evaluation examples (tabular) or characters (text).
     pub fn eval_len(&self) -> usize {
-        match self {
-            Dataset::Tabular(t) => t.eval_len(),
-            Dataset::Text(t) => t.eval_len(),
+        match (self.tabular(), self) {
+            (Some(t), _) => t.eval_len(),
+            (None, Dataset::Text(t)) => t.eval_len(),
+            (None, _) => 0,
         }
     }
 
     /// Whether accuracy applies (classification and language modelling).
     pub fn has_accuracy(&self) -> bool {
-        !matches!(
-            self,
-            Dataset::Tabular(Tabular {
-                task: Task::Regression,
-                ..
-            })
-        )
+        self.tabular().is_none_or(|t| t.task != Task::Regression)
     }
 
     /// Steps in one epoch: full batches per pass over the training examples (tabular), or
     /// batches of windows that cover the training characters once on average (text).
     pub fn steps_per_epoch(&self, batch_size: usize) -> u64 {
         let batch_size = batch_size.max(1);
-        let steps = match self {
-            Dataset::Tabular(t) => t.train_len() / batch_size,
-            Dataset::Text(t) => t.train_len() / (batch_size * t.context()),
+        let steps = match (self.tabular(), self) {
+            (Some(t), _) => t.train_len() / batch_size,
+            (None, Dataset::Text(t)) => t.train_len() / (batch_size * t.context()),
+            (None, _) => 1,
         };
         steps.max(1) as u64
     }
@@ -116,7 +169,7 @@ impl Dataset {
                 format!("must be at most {MAX_TEXT_BATCH} sequences, got {batch_size}"),
             ));
         }
-        if let Dataset::Tabular(t) = self
+        if let Some(t) = self.tabular()
             && batch_size > t.train_len()
         {
             return Err(RecipeError::new(
@@ -133,9 +186,10 @@ impl Dataset {
 
     /// Evaluation items in batches of at most `batch_size`.
     pub fn eval_batches(&self, batch_size: usize) -> Vec<Vec<usize>> {
-        let items: Vec<usize> = match self {
-            Dataset::Tabular(t) => (0..t.eval_len()).collect(),
-            Dataset::Text(t) => t.eval_offsets(),
+        let items: Vec<usize> = match (self.tabular(), self) {
+            (Some(t), _) => (0..t.eval_len()).collect(),
+            (None, Dataset::Text(t)) => t.eval_offsets(),
+            (None, _) => Vec::new(),
         };
         items
             .chunks(batch_size.max(1))
@@ -146,8 +200,8 @@ impl Dataset {
     /// The tensors of some training (`eval == false`) or evaluation items.
     pub fn batch<B: Backend>(&self, eval: bool, items: &[usize], device: &B::Device) -> Batch<B> {
         let n = items.len();
-        match self {
-            Dataset::Tabular(t) => {
+        match (self.tabular(), self) {
+            (Some(t), _) => {
                 let (x, y) = t.rows(eval, items);
                 let inputs = Inputs::Features(Tensor::from_data(
                     TensorData::new(x, [n, t.features]),
@@ -168,7 +222,7 @@ impl Dataset {
                     len: n,
                 }
             }
-            Dataset::Text(t) => {
+            (None, Dataset::Text(t)) => {
                 let (x, y) = t.windows(eval, items);
                 let shape = [n, t.context()];
                 Batch {
@@ -177,6 +231,7 @@ impl Dataset {
                     len: n * t.context(),
                 }
             }
+            (None, _) => unreachable!("every dataset but text is tabular"),
         }
     }
 
@@ -184,12 +239,12 @@ impl Dataset {
     /// one per character of each window for text.
     pub fn predictions(&self, items: usize) -> usize {
         match self {
-            Dataset::Tabular(_) => items,
             Dataset::Text(t) => items * t.context(),
+            _ => items,
         }
     }
 
-    /// A one-line description: name, sizes, split.
+    /// A one-line description: name, sizes, split (and, for images, the files skipped).
     pub fn describe(&self) -> String {
         match self {
             Dataset::Tabular(t) => format!(
@@ -203,8 +258,39 @@ impl Dataset {
                 t.train_len(),
                 t.eval_len()
             ),
+            Dataset::Images(i) => {
+                let shown: Vec<&str> = i.classes.iter().take(8).map(String::as_str).collect();
+                let more = if i.classes.len() > 8 { ", ..." } else { "" };
+                let skipped = match i.skipped.as_slice() {
+                    [] => String::new(),
+                    files => format!(
+                        "; skipped {} file{} that {} ({}{})",
+                        files.len(),
+                        if files.len() == 1 { "" } else { "s" },
+                        if files.len() == 1 {
+                            "is not an image"
+                        } else {
+                            "are not images"
+                        },
+                        files.iter().take(3).cloned().collect::<Vec<_>>().join(", "),
+                        if files.len() > 3 { ", ..." } else { "" }
+                    ),
+                };
+                format!(
+                    "{}: {} classes ({}{more}), {}x{}x{} pixels, {} train / {} eval images{skipped}",
+                    i.table.name,
+                    i.classes.len(),
+                    shown.join(", "),
+                    i.shape.channels,
+                    i.shape.size,
+                    i.shape.size,
+                    i.table.train_len(),
+                    i.table.eval_len()
+                )
+            }
             Dataset::Text(t) => format!(
-                "tiny_text: {} distinct characters, {} train / {} eval characters, context {}",
+                "{}: {} distinct characters, {} train / {} eval characters, context {}",
+                t.name,
                 t.vocab_size(),
                 t.train_len(),
                 t.eval_len(),
@@ -296,13 +382,14 @@ impl Sampler {
     /// The order of a resumed run, from a checkpoint's position.
     pub fn restore(data: &Dataset, position: DataPosition, batch_size: usize) -> Self {
         let kind = match data {
-            Dataset::Tabular(t) => {
-                let (order, next_rng) = shuffled(t.train_len(), position.rng);
-                SamplerKind::Epochs { order, next_rng }
-            }
             Dataset::Text(t) => SamplerKind::Windows {
                 max_offset: t.max_train_offset(),
             },
+            _ => {
+                let train = data.tabular().map_or(0, Tabular::train_len);
+                let (order, next_rng) = shuffled(train, position.rng);
+                SamplerKind::Epochs { order, next_rng }
+            }
         };
         Self {
             position,
@@ -315,8 +402,10 @@ impl Sampler {
     /// Whether a position (from a checkpoint) can be restored on this data.
     pub fn fits(data: &Dataset, position: DataPosition) -> bool {
         match data {
-            Dataset::Tabular(t) => position.cursor as usize <= t.train_len(),
             Dataset::Text(_) => true,
+            _ => data
+                .tabular()
+                .is_some_and(|t| position.cursor as usize <= t.train_len()),
         }
     }
 
@@ -367,11 +456,12 @@ fn shuffled(n: usize, state: u64) -> (Vec<usize>, Rng) {
 #[cfg(test)]
 mod tests {
     use crate::data::Dataset;
+    use std::path::Path;
 
     /// The data of `Recipe::example()`: iris, 120 training and 30 evaluation examples.
     fn iris() -> Dataset {
         let recipe = crate::Recipe::example();
-        Dataset::load(&recipe.dataset, &recipe.model, 0).unwrap()
+        Dataset::load(&recipe.dataset, &recipe.model, 0, Path::new("")).unwrap()
     }
 
     #[test]
@@ -380,7 +470,7 @@ mod tests {
         use crate::data::Dataset;
 
         let recipe = Recipe::example(); // iris
-        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0, Path::new("")).unwrap();
         assert_eq!(data.steps_per_epoch(16), 7); // 120 training examples
         assert!(data.check_batch_size(121).is_err());
     }
@@ -392,7 +482,8 @@ mod tests {
             data.dims(),
             crate::data::Dims {
                 inputs: 4,
-                outputs: 3
+                outputs: 3,
+                image: None,
             }
         );
     }
@@ -403,7 +494,8 @@ mod tests {
         let recipe = Recipe::example();
         let data = iris();
         assert_eq!(data.train_len() + data.eval_len(), 150);
-        let other = Dataset::load(&recipe.dataset, &recipe.model.clone(), 1).unwrap();
+        let other =
+            Dataset::load(&recipe.dataset, &recipe.model.clone(), 1, Path::new("")).unwrap();
         assert_eq!(other.train_len(), data.train_len());
     }
 
@@ -472,7 +564,7 @@ mod tests {
 
         let recipe = Recipe::example();
         let config = recipe.model.clone();
-        let data = Dataset::load(&recipe.dataset, &config, 0).unwrap();
+        let data = Dataset::load(&recipe.dataset, &config, 0, Path::new("")).unwrap();
         assert_eq!(data.predictions(16), 16);
     }
 
@@ -531,7 +623,7 @@ mod tests {
         use crate::data::{Dataset, Sampler};
 
         let recipe = Recipe::example();
-        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0, Path::new("")).unwrap();
         let mut a = Sampler::new(&data, 7, 16);
         a.next_items();
         let mut b = Sampler::restore(&data, a.position(), 16);
@@ -564,7 +656,7 @@ mod tests {
     fn fits() {
         use crate::{Recipe, data::Dataset};
         let recipe = Recipe::example(); // iris: 120 training examples
-        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0).unwrap();
+        let data = Dataset::load(&recipe.dataset, &recipe.model.clone(), 0, Path::new("")).unwrap();
         use crate::data::{DataPosition, Sampler};
 
         assert!(Sampler::fits(

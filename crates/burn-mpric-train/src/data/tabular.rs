@@ -1,7 +1,11 @@
-//! Tabular datasets from `linfa-datasets` (the data ships inside the package: nothing is
-//! downloaded): iris and red-wine quality as classification, diabetes as regression.
+//! Tabular data: features and targets, split into training and evaluation examples, features
+//! standardized with the training split's statistics. The bundled sets come from
+//! `linfa-datasets` (the data ships inside the package: nothing is downloaded): iris and
+//! red-wine quality as classification, diabetes as regression; CSV files and image folders
+//! arrive here as a [`Table`].
 
 use crate::data::rng::Rng;
+use crate::digest::FileDigest;
 use crate::error::RecipeError;
 use crate::recipe::DatasetName;
 
@@ -18,16 +22,52 @@ pub enum Task {
     Regression,
 }
 
+/// Examples as read from a source, before the split: row-major features and the targets.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Table {
+    /// `examples × features` values, row-major.
+    pub values: Vec<f64>,
+    /// Features per example.
+    pub features: usize,
+    /// One target per example.
+    pub targets: Targets,
+}
+
+/// The targets of a [`Table`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Targets {
+    /// Class ids (indices into `names`).
+    Classes {
+        /// One class id per example.
+        ids: Vec<usize>,
+        /// The class names, in id order.
+        names: Vec<String>,
+    },
+    /// Regression targets.
+    Values(Vec<f64>),
+}
+
+impl Targets {
+    fn len(&self) -> usize {
+        match self {
+            Targets::Classes { ids, .. } => ids.len(),
+            Targets::Values(v) => v.len(),
+        }
+    }
+}
+
 /// A tabular dataset split into training and evaluation examples, features standardized
 /// with the training split's statistics.
 #[derive(Debug, Clone)]
 pub struct Tabular {
-    /// Which dataset.
-    pub name: DatasetName,
+    /// How messages name the dataset.
+    pub name: String,
     /// Features per example.
     pub features: usize,
     /// Classification or regression.
     pub task: Task,
+    /// The content hash of the files the data was read from (none for bundled data).
+    pub digest: Option<FileDigest>,
     train_x: Vec<f32>,
     train_y: Vec<f32>,
     eval_x: Vec<f32>,
@@ -35,64 +75,91 @@ pub struct Tabular {
 }
 
 impl Tabular {
-    /// Loads `name` and splits off `eval_fraction` of it for evaluation, with a split drawn
-    /// from `seed`.
+    /// Loads the bundled `name` and splits off `eval_fraction` of it for evaluation, with a
+    /// split drawn from `seed`.
     pub fn load(name: DatasetName, eval_fraction: f64, seed: u64) -> Result<Self, RecipeError> {
-        let (records, targets, features, classification): (Vec<f64>, Vec<f64>, usize, bool) =
-            match name {
-                DatasetName::Iris => {
-                    let ds = linfa_datasets::iris();
-                    let features = ds.records.ncols();
-                    (
-                        ds.records.iter().copied().collect(),
-                        ds.targets.iter().map(|t| *t as f64).collect(),
-                        features,
-                        true,
-                    )
-                }
-                DatasetName::Winequality => {
-                    let ds = linfa_datasets::winequality();
-                    let features = ds.records.ncols();
-                    (
-                        ds.records.iter().copied().collect(),
-                        ds.targets.iter().map(|t| *t as f64).collect(),
-                        features,
-                        true,
-                    )
-                }
-                DatasetName::Diabetes => {
-                    let ds = linfa_datasets::diabetes();
-                    let features = ds.records.ncols();
-                    (
-                        ds.records.iter().copied().collect(),
-                        ds.targets.iter().copied().collect(),
-                        features,
-                        false,
-                    )
-                }
-                DatasetName::TinyText => {
-                    return Err(RecipeError::new(
-                        "dataset.name",
-                        "tiny_text is not a tabular dataset",
-                    ));
-                }
-            };
-        let n = targets.len();
-        // Classes: the distinct target values in order (wine quality 3..=8 becomes 0..=5).
-        let (task, targets) = if classification {
-            let mut values: Vec<i64> = targets.iter().map(|t| *t as i64).collect();
+        let classes = |targets: Vec<usize>| {
+            // The distinct target values in order (wine quality 3..=8 becomes 0..=5).
+            let mut values = targets.clone();
             values.sort_unstable();
             values.dedup();
-            let index = |t: f64| values.iter().position(|v| *v == t as i64).unwrap_or(0) as f64;
-            let mapped = targets.iter().map(|t| index(*t)).collect();
-            (
+            Targets::Classes {
+                ids: targets
+                    .iter()
+                    .map(|t| values.binary_search(t).unwrap_or(0))
+                    .collect(),
+                names: values.iter().map(ToString::to_string).collect(),
+            }
+        };
+        let table = match name {
+            DatasetName::Iris => {
+                let ds = linfa_datasets::iris();
+                Table {
+                    features: ds.records.ncols(),
+                    values: ds.records.iter().copied().collect(),
+                    targets: classes(ds.targets.iter().copied().collect()),
+                }
+            }
+            DatasetName::Winequality => {
+                let ds = linfa_datasets::winequality();
+                Table {
+                    features: ds.records.ncols(),
+                    values: ds.records.iter().copied().collect(),
+                    targets: classes(ds.targets.iter().copied().collect()),
+                }
+            }
+            DatasetName::Diabetes => {
+                let ds = linfa_datasets::diabetes();
+                Table {
+                    features: ds.records.ncols(),
+                    values: ds.records.iter().copied().collect(),
+                    targets: Targets::Values(ds.targets.iter().copied().collect()),
+                }
+            }
+            DatasetName::TinyText => {
+                return Err(RecipeError::new(
+                    "dataset.name",
+                    "tiny_text is not a tabular dataset",
+                ));
+            }
+        };
+        Self::split(name.to_string(), table, eval_fraction, seed, 1)
+    }
+
+    /// Splits `table` into training and evaluation examples (`eval_fraction` held out, the
+    /// split drawn from `seed`) and standardizes the features with the training split's
+    /// mean and deviation, per group of `group` consecutive features (1: each feature on its
+    /// own; an image's pixels share one group per channel).
+    pub fn split(
+        name: String,
+        table: Table,
+        eval_fraction: f64,
+        seed: u64,
+        group: usize,
+    ) -> Result<Self, RecipeError> {
+        let Table {
+            values: records,
+            features,
+            targets,
+        } = table;
+        let n = targets.len();
+        if n < 2 {
+            return Err(RecipeError::new(
+                "dataset",
+                format!(
+                    "{name} has {n} example{}; a run needs at least 2 (one to train on, one held out)",
+                    if n == 1 { "" } else { "s" }
+                ),
+            ));
+        }
+        let (task, targets): (Task, Vec<f64>) = match targets {
+            Targets::Classes { ids, names } => (
                 Task::Classification {
-                    classes: values.len(),
+                    classes: names.len(),
                 },
-                mapped,
-            )
-        } else {
-            (Task::Regression, targets)
+                ids.into_iter().map(|c| c as f64).collect(),
+            ),
+            Targets::Values(values) => (Task::Regression, values),
         };
 
         let eval_n = ((n as f64 * eval_fraction).round() as usize).clamp(1, n - 1);
@@ -105,25 +172,28 @@ impl Tabular {
         train_idx.sort_unstable();
         eval_idx.sort_unstable();
 
-        // Feature statistics of the training split.
-        let mut mean = vec![0.0f64; features];
-        let mut var = vec![0.0f64; features];
-        for &i in &train_idx {
-            for (f, m) in mean.iter_mut().enumerate() {
-                *m += records[i * features + f];
-            }
-        }
-        mean.iter_mut().for_each(|m| *m /= train_idx.len() as f64);
+        // Feature statistics of the training split, one per group.
+        let group = group.clamp(1, features.max(1));
+        let groups = features.div_ceil(group);
+        let count = (train_idx.len() * group) as f64;
+        let mut mean = vec![0.0f64; groups];
+        let mut var = vec![0.0f64; groups];
         for &i in &train_idx {
             for f in 0..features {
-                let d = records[i * features + f] - mean[f];
-                var[f] += d * d;
+                mean[f / group] += records[i * features + f];
+            }
+        }
+        mean.iter_mut().for_each(|m| *m /= count);
+        for &i in &train_idx {
+            for f in 0..features {
+                let d = records[i * features + f] - mean[f / group];
+                var[f / group] += d * d;
             }
         }
         let std: Vec<f64> = var
             .iter()
             .map(|v| {
-                let s = (v / train_idx.len() as f64).sqrt();
+                let s = (v / count).sqrt();
                 if s > 1e-12 { s } else { 1.0 }
             })
             .collect();
@@ -143,7 +213,7 @@ impl Tabular {
             let mut y = Vec::with_capacity(idx.len());
             for &i in idx {
                 for f in 0..features {
-                    x.push(((records[i * features + f] - mean[f]) / std[f]) as f32);
+                    x.push(((records[i * features + f] - mean[f / group]) / std[f / group]) as f32);
                 }
                 y.push(((targets[i] - y_mean) / y_std) as f32);
             }
@@ -155,6 +225,7 @@ impl Tabular {
             name,
             features,
             task,
+            digest: None,
             train_x,
             train_y,
             eval_x,

@@ -1,6 +1,14 @@
-//! The text shipped with this crate, tokenized by character, for the language model.
+//! Text tokenized by character, for the language model: the text shipped with this crate,
+//! or a UTF-8 file of the user's.
 
+use std::path::Path;
+
+use crate::data::source::file_error;
+use crate::digest::FileDigest;
 use crate::error::RecipeError;
+
+/// The most distinct characters a text may have (the model's vocabulary).
+pub const MAX_VOCAB: usize = 65_536;
 
 /// The shipped text (`data/tiny_text.txt`, about 16 KB of original English prose).
 pub const TINY_TEXT: &str = include_str!("../../data/tiny_text.txt");
@@ -13,16 +21,66 @@ pub struct Text {
     train: Vec<u32>,
     eval: Vec<u32>,
     context: usize,
+    /// The content hash of the file the text was read from (none for the shipped text).
+    pub digest: Option<FileDigest>,
+    /// How messages name the text.
+    pub name: String,
 }
 
 impl Text {
     /// Tokenizes the shipped text and holds out its last `eval_fraction` for evaluation;
     /// `context` is the model's window, which both parts must fit.
     pub fn load(eval_fraction: f64, context: usize) -> Result<Self, RecipeError> {
-        let mut vocab: Vec<char> = TINY_TEXT.chars().collect();
+        Self::tokenize(TINY_TEXT, eval_fraction, context)
+    }
+
+    /// Tokenizes the content of the UTF-8 file `path`, as [`load`](Self::load) does the
+    /// shipped text.
+    pub fn from_file(
+        path: &Path,
+        bytes: &[u8],
+        digest: FileDigest,
+        eval_fraction: f64,
+        context: usize,
+    ) -> Result<Self, RecipeError> {
+        let text = std::str::from_utf8(bytes).map_err(|err| {
+            let valid = &bytes[..err.valid_up_to()];
+            let line = valid.iter().filter(|b| **b == b'\n').count() + 1;
+            let column = valid.len() - valid.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1) + 1;
+            file_error(
+                path,
+                format!(
+                    "not valid UTF-8: line {line}, byte {column} of the line (byte offset {}); save the text as UTF-8",
+                    err.valid_up_to()
+                ),
+            )
+        })?;
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+        if text.trim().is_empty() {
+            return Err(file_error(path, "has no text"));
+        }
+        let mut loaded = Self::tokenize(text, eval_fraction, context).map_err(|err| {
+            RecipeError::new(err.field, format!("{}: {}", path.display(), err.message))
+        })?;
+        loaded.digest = Some(digest);
+        loaded.name = format!("text {}", path.display());
+        Ok(loaded)
+    }
+
+    fn tokenize(text: &str, eval_fraction: f64, context: usize) -> Result<Self, RecipeError> {
+        let mut vocab: Vec<char> = text.chars().collect();
         vocab.sort_unstable();
         vocab.dedup();
-        let tokens: Vec<u32> = TINY_TEXT
+        if vocab.len() > MAX_VOCAB {
+            return Err(RecipeError::new(
+                "dataset.path",
+                format!(
+                    "{} distinct characters; the character-level model takes at most {MAX_VOCAB}",
+                    vocab.len()
+                ),
+            ));
+        }
+        let tokens: Vec<u32> = text
             .chars()
             .map(|c| vocab.binary_search(&c).unwrap_or(0) as u32)
             .collect();
@@ -33,7 +91,7 @@ impl Text {
             return Err(RecipeError::new(
                 "model.context",
                 format!(
-                    "the text has {} training and {} evaluation characters; a context of {context} does not fit (use a smaller context or a larger dataset.eval_fraction)",
+                    "the text has {} training and {} evaluation characters; a context of {context} does not fit (use a smaller context, a larger dataset.eval_fraction or a longer text)",
                     train.len(),
                     eval.len()
                 ),
@@ -44,6 +102,8 @@ impl Text {
             train: train.to_vec(),
             eval: eval.to_vec(),
             context,
+            digest: None,
+            name: "tiny_text".to_string(),
         })
     }
 
@@ -181,6 +241,43 @@ mod tests {
         let (inputs, targets) = text.windows(false, &[0]);
         assert_eq!(text.decode(&inputs), "The ");
         assert_eq!(text.decode(&targets), "he L");
+    }
+
+    #[test]
+    fn from_file() {
+        use crate::data::text::Text;
+        use crate::digest::FileDigest;
+        use std::path::Path;
+
+        let bytes = "ab\u{e9}c ".repeat(40);
+        let digest = FileDigest::of(bytes.as_bytes());
+        let text = Text::from_file(
+            Path::new("t.txt"),
+            bytes.as_bytes(),
+            digest.clone(),
+            0.25,
+            8,
+        )
+        .unwrap();
+        assert_eq!(
+            (text.vocab_size(), text.train_len(), text.eval_len()),
+            (5, 150, 50)
+        );
+        assert_eq!(text.digest, Some(digest.clone()));
+        let (inputs, _) = text.windows(false, &[0]);
+        assert_eq!(text.decode(&inputs), "ab\u{e9}c ab\u{e9}");
+
+        let err = |bytes: &[u8]| {
+            Text::from_file(Path::new("t.txt"), bytes, digest.clone(), 0.25, 8)
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            err(b"hello\nwor\xffld"),
+            "dataset.path: t.txt: not valid UTF-8: line 2, byte 4 of the line (byte offset 9); save the text as UTF-8"
+        );
+        assert_eq!(err(b" \n\t"), "dataset.path: t.txt: has no text");
+        assert!(err(b"short text").starts_with("model.context: t.txt: the text has "));
     }
 
     #[test]

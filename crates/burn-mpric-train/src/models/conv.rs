@@ -1,11 +1,14 @@
-//! A small 1-d convolutional net for tabular data: the feature vector is read as a
-//! one-channel sequence.
+//! Small convolutional nets: 1-d over tabular data (the feature vector read as a
+//! one-channel sequence), 2-d over images.
 
 use burn::module::Module;
-use burn::nn::conv::{Conv1d, Conv1dConfig};
-use burn::nn::{Linear, LinearConfig, PaddingConfig1d, Relu};
+use burn::nn::conv::{Conv1d, Conv1dConfig, Conv2d, Conv2dConfig};
+use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
+use burn::nn::{Linear, LinearConfig, PaddingConfig1d, PaddingConfig2d, Relu};
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
+
+use crate::data::images::ImageShape;
 
 /// Conv1d layers ("same" padding, ReLU), flattened, then dense layers and an output layer.
 #[derive(Module, Debug)]
@@ -70,6 +73,86 @@ impl<B: Backend> ConvNet<B> {
     }
 }
 
+/// Conv2d layers ("same" padding, ReLU, then 2×2 max pooling while the image is at least
+/// 2 pixels wide), flattened, then dense layers and an output layer: model kind `conv` on
+/// image data.
+#[derive(Module, Debug)]
+pub struct ImageConvNet<B: Backend> {
+    convs: Vec<Conv2d<B>>,
+    /// How many of the convolutions (the first ones) are followed by pooling.
+    pooled: usize,
+    pool: MaxPool2d,
+    dense: Vec<Linear<B>>,
+    out: Linear<B>,
+    act: Relu,
+    /// Channels, height and width of the input.
+    shape: [usize; 3],
+}
+
+impl<B: Backend> ImageConvNet<B> {
+    /// Images of `shape`, conv `channels` with `kernel_size`, dense `hidden` widths,
+    /// `outputs` classes.
+    pub fn new(
+        shape: ImageShape,
+        channels: &[usize],
+        kernel_size: usize,
+        hidden: &[usize],
+        outputs: usize,
+        device: &B::Device,
+    ) -> Self {
+        let pad = kernel_size / 2;
+        let mut convs = Vec::with_capacity(channels.len());
+        let (mut c_in, mut side, mut pooled) = (shape.channels, shape.size, 0);
+        for &c in channels {
+            convs.push(
+                Conv2dConfig::new([c_in, c], [kernel_size, kernel_size])
+                    .with_padding(PaddingConfig2d::Explicit(pad, pad, pad, pad))
+                    .init(device),
+            );
+            c_in = c;
+            if side >= 2 {
+                side /= 2;
+                pooled += 1;
+            }
+        }
+        let mut dense = Vec::with_capacity(hidden.len());
+        let mut width = c_in * side * side;
+        for &h in hidden {
+            dense.push(LinearConfig::new(width, h).init(device));
+            width = h;
+        }
+        Self {
+            convs,
+            pooled,
+            pool: MaxPool2dConfig::new([2, 2]).init(),
+            dense,
+            out: LinearConfig::new(width, outputs).init(device),
+            act: Relu::new(),
+            shape: [shape.channels, shape.size, shape.size],
+        }
+    }
+
+    /// `[batch, channels × size × size]` (channel-major pixels) to `[batch, outputs]`.
+    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        let [n, _] = x.dims();
+        let [c, h, w] = self.shape;
+        let mut x = x.reshape([n, c, h, w]);
+        for (i, conv) in self.convs.iter().enumerate() {
+            x = self.act.forward(conv.forward(x));
+            if i < self.pooled {
+                x = self.pool.forward(x);
+            }
+        }
+        let [n, c, h, w] = x.dims();
+        let x = x.reshape([n, c * h * w]);
+        let x = self
+            .dense
+            .iter()
+            .fold(x, |x, layer| self.act.forward(layer.forward(x)));
+        self.out.forward(x)
+    }
+}
+
 #[cfg(test)]
 // Each test holds `rng_lock`: Burn's RNG is the process's, and a seeded init may run on
 // another test thread.
@@ -109,5 +192,26 @@ mod tests {
         let device = Default::default();
         let net = ConvNet::<Flex>::new(4, &[2], 3, &[], 3, &device);
         assert_eq!(net.forward(Tensor::ones([5, 4], &device)).dims(), [5, 3]);
+    }
+
+    #[test]
+    fn image_convnet() {
+        let _rng = crate::models::rng_lock();
+        use crate::data::images::ImageShape;
+        use crate::models::conv::ImageConvNet;
+        use burn::backend::Flex;
+        use burn::module::Module;
+        use burn::tensor::Tensor;
+
+        let device = Default::default();
+        let shape = ImageShape {
+            channels: 3,
+            size: 5,
+        };
+        // 5x5 -> conv, pool -> 2x2 -> conv, pool -> 1x1 -> conv (no pool): 4 channels x 1 x 1.
+        let net = ImageConvNet::<Flex>::new(shape, &[2, 3, 4], 3, &[], 6, &device);
+        assert_eq!(net.forward(Tensor::zeros([7, 75], &device)).dims(), [7, 6]);
+        let convs = (3 * 2 * 9 + 2) + (2 * 3 * 9 + 3) + (3 * 4 * 9 + 4);
+        assert_eq!(net.num_params(), convs + 4 * 6 + 6);
     }
 }

@@ -14,7 +14,7 @@ use burn::tensor::{Bool, FloatDType, Int, Tensor};
 use crate::data::{Batch, Dims, Inputs, Targets};
 use crate::error::Error;
 use crate::recipe::ModelConfig;
-use conv::ConvNet;
+use conv::{ConvNet, ImageConvNet};
 use mlp::Mlp;
 use transformer::{LmSizes, TransformerLm};
 
@@ -28,6 +28,8 @@ pub enum Model<B: Backend> {
     Conv(ConvNet<B>),
     /// [`TransformerLm`].
     TransformerLm(TransformerLm<B>),
+    /// [`ImageConvNet`]: model kind `conv` on image data.
+    ImageConv(ImageConvNet<B>),
 }
 
 /// The loss of a batch and, where it applies, the number of correct predictions.
@@ -75,6 +77,16 @@ impl<B: Backend> Model<B> {
         let model = match config {
             ModelConfig::Mlp(c) => {
                 Model::Mlp(Mlp::new(dims.inputs, &c.hidden, dims.outputs, device))
+            }
+            ModelConfig::Conv(c) if let Some(shape) = dims.image => {
+                Model::ImageConv(ImageConvNet::new(
+                    shape,
+                    &c.channels,
+                    c.kernel_size,
+                    &c.hidden,
+                    dims.outputs,
+                    device,
+                ))
             }
             ModelConfig::Conv(c) => Model::Conv(ConvNet::new(
                 dims.inputs,
@@ -128,6 +140,9 @@ impl<B: Backend> Model<B> {
         match (self, batch.inputs, batch.targets) {
             (Model::Mlp(m), Inputs::Features(x), targets) => tabular_loss(m.forward(x), targets),
             (Model::Conv(m), Inputs::Features(x), targets) => tabular_loss(m.forward(x), targets),
+            (Model::ImageConv(m), Inputs::Features(x), targets) => {
+                tabular_loss(m.forward(x), targets)
+            }
             (Model::TransformerLm(m), Inputs::Tokens(x), Targets::Tokens(y)) => {
                 let logits = m.forward(x);
                 let [n, t, v] = logits.dims();
@@ -208,7 +223,8 @@ mod tests {
     /// The model and data of `Recipe::example()` (an MLP on iris).
     fn example() -> (ModelConfig, Dataset) {
         let recipe = crate::Recipe::example();
-        let data = Dataset::load(&recipe.dataset, &recipe.model, 0).unwrap();
+        let data =
+            Dataset::load(&recipe.dataset, &recipe.model, 0, std::path::Path::new("")).unwrap();
         (recipe.model, data)
     }
 
@@ -224,6 +240,7 @@ mod tests {
             Dims {
                 inputs: 4,
                 outputs: 3,
+                image: None,
             },
             &Default::default(),
         );
@@ -264,6 +281,7 @@ mod tests {
         let dims = Dims {
             inputs: 2,
             outputs: 1,
+            image: None,
         };
         let a = Model::<Flex>::init_seeded(&config, dims, 3, &Default::default());
         let b = Model::<Flex>::init_seeded(&config, dims, 3, &Default::default());

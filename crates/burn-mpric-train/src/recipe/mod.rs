@@ -21,13 +21,21 @@
 //! kind = "adam"
 //! lr = 0.01
 //! ```
+//!
+//! `[dataset]` names a bundled dataset, or reads the user's own CSV file, text or folder of
+//! images: see [`DatasetConfig`].
 
+mod dataset;
 pub(crate) mod document;
 pub mod loss_scale;
 mod model;
 mod optimizer;
 pub(crate) mod overrides;
 
+pub use dataset::{
+    Channels, CsvSource, DataKind, DataSource, DatasetConfig, DatasetName, ImageSource,
+    MAX_IMAGE_SIZE, TaskKind,
+};
 pub use model::{ConvConfig, MlpConfig, ModelConfig, TransformerLmConfig};
 pub use optimizer::{AdamSettings, OptimizerConfig, SgdSettings};
 
@@ -118,38 +126,6 @@ pub struct Recipe {
     pub schedule: ScheduleConfig,
 }
 
-/// The bundled datasets.
-///
-/// ```
-/// use burn_mpric_train::recipe::DatasetName;
-///
-/// assert_eq!(DatasetName::TinyText.to_string(), "tiny_text");
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DatasetName {
-    /// Iris flowers: 150 examples, 4 features, 3 classes (`linfa-datasets`).
-    Iris,
-    /// Red wine quality: 1599 examples, 11 features, quality 3-8 as 6 classes
-    /// (`linfa-datasets`).
-    Winequality,
-    /// Diabetes progression: 442 examples, 10 features, regression (`linfa-datasets`).
-    Diabetes,
-    /// The text shipped with this crate (`data/tiny_text.txt`), characters as tokens.
-    TinyText,
-}
-
-impl fmt::Display for DatasetName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            DatasetName::Iris => "iris",
-            DatasetName::Winequality => "winequality",
-            DatasetName::Diabetes => "diabetes",
-            DatasetName::TinyText => "tiny_text",
-        })
-    }
-}
-
 /// Skipped steps in a row after which a run counts as diverged, when the recipe does not say.
 /// A dynamic loss scale recovers from an overflow in one skipped step, and from a scale far
 /// too high in about 16 (halving from 2^15 to 1); 50 in a row means the gradients stay
@@ -174,42 +150,6 @@ pub const DEFAULT_MAX_CONSECUTIVE_SKIPS: u64 = 50;
 /// assert_eq!(err.to_string(), "optimizer.lr: must be in (0, 10], got 1e308");
 /// ```
 pub const MAX_LR: f64 = 10.0;
-
-/// The `[dataset]` table.
-///
-/// ```
-/// use burn_mpric_train::recipe::{DatasetName, DatasetConfig};
-///
-/// let spec: DatasetConfig = serde_json::from_str(r#"{"name": "iris"}"#).unwrap();
-/// assert_eq!(spec.eval_fraction(), 0.2);
-/// assert_eq!(spec.name, DatasetName::Iris);
-/// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DatasetConfig {
-    /// `iris`, `winequality`, `diabetes` or `tiny_text`.
-    pub name: DatasetName,
-    /// The share held out for evaluation (default 0.2; 0.1 for text).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub eval_fraction: Option<f64>,
-}
-
-impl DatasetConfig {
-    /// The evaluation share, with its default.
-    ///
-    /// ```
-    /// use burn_mpric_train::recipe::{DatasetName, DatasetConfig};
-    ///
-    /// let text = DatasetConfig { name: DatasetName::TinyText, eval_fraction: None };
-    /// assert_eq!(text.eval_fraction(), 0.1);
-    /// ```
-    pub fn eval_fraction(&self) -> f64 {
-        self.eval_fraction.unwrap_or(match self.name {
-            DatasetName::TinyText => 0.1,
-            _ => 0.2,
-        })
-    }
-}
 
 /// Where to run.
 ///
@@ -715,20 +655,27 @@ impl Recipe {
             ));
         }
         self.model.validate()?;
+        self.dataset.source()?;
         let text_model = matches!(self.model, ModelConfig::TransformerLm(_));
-        let text_data = self.dataset.name == DatasetName::TinyText;
-        if text_model != text_data {
-            let accepted = if text_model {
-                "tiny_text"
-            } else {
-                "iris, winequality, diabetes"
+        if text_model != self.dataset.is_text() {
+            let (field, accepted) = match (text_model, self.dataset.kind) {
+                (true, None) => ("dataset.name", "tiny_text, or kind `text`"),
+                (true, Some(_)) => ("dataset.kind", "`text`, or the bundled tiny_text"),
+                (false, None) => (
+                    "dataset.name",
+                    "iris, winequality, diabetes, or kind `csv` or `image_folder`",
+                ),
+                (false, Some(_)) => (
+                    "dataset.kind",
+                    "`csv` or `image_folder`, or the bundled iris, winequality, diabetes",
+                ),
             };
             return Err(RecipeError::new(
-                "dataset.name",
+                field,
                 format!(
                     "model kind `{}` trains on {accepted}; got `{}`",
                     self.model.kind(),
-                    self.dataset.name
+                    self.dataset.label()
                 ),
             ));
         }
@@ -777,10 +724,7 @@ impl Recipe {
             policy: Policy::F32,
             loss_scale: LossScaleSpec::default(),
             model: ModelConfig::Mlp(MlpConfig { hidden: vec![64] }),
-            dataset: DatasetConfig {
-                name: DatasetName::Iris,
-                eval_fraction: None,
-            },
+            dataset: DatasetConfig::builtin(DatasetName::Iris),
             backend: BackendConfig::default(),
             optimizer: OptimizerConfig::Adam(AdamSettings::new(0.01)),
             schedule: ScheduleConfig::default(),
@@ -820,7 +764,7 @@ impl Recipe {
         let mut recipe = self.clone();
         recipe.model = self.model.explicit();
         recipe.optimizer = self.optimizer.explicit();
-        recipe.dataset.eval_fraction = Some(self.dataset.eval_fraction());
+        recipe.dataset = self.dataset.explicit()?;
         if self.schedule.kind == ScheduleKind::Cosine {
             recipe.schedule.min_lr = Some(self.schedule.min_lr.unwrap_or(0.0));
         }

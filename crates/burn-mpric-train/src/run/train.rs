@@ -533,8 +533,15 @@ where
                         steps: rows.clone(),
                         eval: evals.clone(),
                     };
-                    match checkpoint::save(output, &model, &optim, &state, policy.param().to_burn())
-                    {
+                    let dtype = policy.param().to_burn();
+                    match checkpoint::save(
+                        output,
+                        &model,
+                        &optim,
+                        &state,
+                        dtype,
+                        plan.data.digest(),
+                    ) {
                         Err(Error::Diverged { step, reason, .. }) => {
                             bar.finish_and_clear();
                             write_reports(plan, policy, &rows, &evals, &title)?;
@@ -722,7 +729,8 @@ mod tests {
     #[test]
     fn an_untrained_model_is_evaluated_on_the_held_out_split() -> Result<(), crate::Error> {
         let recipe = Recipe::example();
-        let data = Dataset::load(&recipe.dataset, &recipe.model, 0).unwrap();
+        let data =
+            Dataset::load(&recipe.dataset, &recipe.model, 0, std::path::Path::new("")).unwrap();
         let device = Default::default();
         let model = Model::<Flex>::init_seeded(&recipe.model, data.dims(), 0, &device);
         let eval = super::evaluate(&model, &data, 16, &device)?;

@@ -1,5 +1,5 @@
 //! End-to-end tests of the `mpric` binary and the recipe files: exact resume, a run killed
-//! with SIGKILL, checkpoint integrity, run locking and divergence, several devices, bad recipes, the quickstart's mixed-vs-f32 result, the plots, `mpric policy`.
+//! with SIGKILL, checkpoint integrity, run locking and divergence, several devices, bad recipes, the quickstart's mixed-vs-f32 result, the plots, `mpric policy`, recipes on the user's own files.
 //!
 //! Every test runs the real binary on real files in its own folder under Cargo's
 //! per-target temporary directory.
@@ -13,3 +13,4 @@ mod plots;
 mod policy;
 mod quickstart;
 mod resume;
+mod user_data;
