@@ -92,16 +92,12 @@ impl Tabular {
             }
         };
         let table = match name {
-            DatasetName::Iris => {
-                let ds = linfa_datasets::iris();
-                Table {
-                    features: ds.records.ncols(),
-                    values: ds.records.iter().copied().collect(),
-                    targets: classes(ds.targets.iter().copied().collect()),
-                }
-            }
-            DatasetName::Winequality => {
-                let ds = linfa_datasets::winequality();
+            DatasetName::Iris | DatasetName::Winequality => {
+                let ds = if name == DatasetName::Iris {
+                    linfa_datasets::iris()
+                } else {
+                    linfa_datasets::winequality()
+                };
                 Table {
                     features: ds.records.ncols(),
                     values: ds.records.iter().copied().collect(),

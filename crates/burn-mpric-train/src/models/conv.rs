@@ -41,16 +41,11 @@ impl<B: Backend> ConvNet<B> {
             );
             c_in = c;
         }
-        let mut dense = Vec::with_capacity(hidden.len());
-        let mut width = c_in * inputs;
-        for &h in hidden {
-            dense.push(LinearConfig::new(width, h).init(device));
-            width = h;
-        }
+        let (dense, out) = dense_layers(c_in * inputs, hidden, outputs, device);
         Self {
             convs,
             dense,
-            out: LinearConfig::new(width, outputs).init(device),
+            out,
             act: Relu::new(),
         }
     }
@@ -65,11 +60,7 @@ impl<B: Backend> ConvNet<B> {
             .fold(x, |x, conv| self.act.forward(conv.forward(x)));
         let [n, c, f] = x.dims();
         let x = x.reshape([n, c * f]);
-        let x = self
-            .dense
-            .iter()
-            .fold(x, |x, layer| self.act.forward(layer.forward(x)));
-        self.out.forward(x)
+        dense_forward(&self.dense, &self.out, &self.act, x)
     }
 }
 
@@ -115,18 +106,13 @@ impl<B: Backend> ImageConvNet<B> {
                 pooled += 1;
             }
         }
-        let mut dense = Vec::with_capacity(hidden.len());
-        let mut width = c_in * side * side;
-        for &h in hidden {
-            dense.push(LinearConfig::new(width, h).init(device));
-            width = h;
-        }
+        let (dense, out) = dense_layers(c_in * side * side, hidden, outputs, device);
         Self {
             convs,
             pooled,
             pool: MaxPool2dConfig::new([2, 2]).init(),
             dense,
-            out: LinearConfig::new(width, outputs).init(device),
+            out,
             act: Relu::new(),
             shape: [shape.channels, shape.size, shape.size],
         }
@@ -145,12 +131,36 @@ impl<B: Backend> ImageConvNet<B> {
         }
         let [n, c, h, w] = x.dims();
         let x = x.reshape([n, c * h * w]);
-        let x = self
-            .dense
-            .iter()
-            .fold(x, |x, layer| self.act.forward(layer.forward(x)));
-        self.out.forward(x)
+        dense_forward(&self.dense, &self.out, &self.act, x)
     }
+}
+
+/// Dense layers of `hidden` widths from `width` inputs, and the output layer.
+fn dense_layers<B: Backend>(
+    mut width: usize,
+    hidden: &[usize],
+    outputs: usize,
+    device: &B::Device,
+) -> (Vec<Linear<B>>, Linear<B>) {
+    let mut dense = Vec::with_capacity(hidden.len());
+    for &h in hidden {
+        dense.push(LinearConfig::new(width, h).init(device));
+        width = h;
+    }
+    (dense, LinearConfig::new(width, outputs).init(device))
+}
+
+/// The dense layers (each followed by `act`), then the output layer.
+fn dense_forward<B: Backend>(
+    dense: &[Linear<B>],
+    out: &Linear<B>,
+    act: &Relu,
+    x: Tensor<B, 2>,
+) -> Tensor<B, 2> {
+    let x = dense
+        .iter()
+        .fold(x, |x, layer| act.forward(layer.forward(x)));
+    out.forward(x)
 }
 
 #[cfg(test)]

@@ -427,6 +427,14 @@ where
             output.display()
         );
     }
+    if is_main && start > 0 {
+        // The metrics files first go back to the checkpoint's rows. A run that resumes from
+        // an older checkpoint than the files describe repeats steps whose wall times differ;
+        // the two files are replaced one after the other, so without this a kill between the
+        // two renames could leave the earlier run's rows in one file and this run's in the
+        // other. From here on both files only ever hold this run's rows past the checkpoint.
+        write_reports(plan, policy, &rows, &evals, &title)?;
+    }
     let bar = if is_main {
         progress_bar(options, start, total)
     } else {

@@ -42,7 +42,9 @@ fn assert_all_files_valid(output: &Path, expect_complete: bool) {
         let lines: Vec<&str> = csv.lines().collect();
         assert_eq!(lines[0], CSV_HEADER);
         // Each file is replaced atomically, the pair is not: a kill between the two renames
-        // leaves the CSV one checkpoint ahead of the JSON. Where both have a step, they agree.
+        // leaves the CSV one checkpoint ahead of the JSON. Where both have a step, they agree
+        // (a resumed run first rewrites both from its checkpoint, so rows of two runs that
+        // repeated a step with different wall times never meet).
         let from_json = burn_mpric_train::report::metrics::csv(&m.steps);
         let from_json: Vec<&str> = from_json.lines().collect();
         let common = lines.len().min(from_json.len());
