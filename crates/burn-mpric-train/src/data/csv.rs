@@ -20,7 +20,17 @@ pub fn parse(path: &Path, bytes: &[u8], source: &CsvSource) -> Result<Table, Rec
         .trim(csv::Trim::All)
         .flexible(false)
         .from_reader(bytes);
-    let line_of = |err: &csv::Error| err.position().map(|p| p.line());
+    // Lines counted from the record's byte offset: the reader's own line counter does not
+    // count lines that end in "\r\n" (files saved on Windows).
+    // A record's offset may point at the "\n" of the "\r\n" before it: start past it.
+    let line_at = |position: &csv::Position| {
+        let mut start = (position.byte() as usize).min(bytes.len());
+        while start < bytes.len() && matches!(bytes[start], b'\r' | b'\n') {
+            start += 1;
+        }
+        bytes[..start].iter().filter(|b| **b == b'\n').count() as u64 + 1
+    };
+    let line_of = |err: &csv::Error| err.position().map(line_at);
     let at = |line: Option<u64>, message: String| match line {
         Some(line) => file_error(path, format!("line {line}: {message}")),
         None => file_error(path, message),
@@ -124,7 +134,7 @@ pub fn parse(path: &Path, bytes: &[u8], source: &CsvSource) -> Result<Table, Rec
     let mut rows = 0usize;
     for row in first.into_iter().map(Ok).chain(records) {
         let row = row.map_err(describe)?;
-        let line = row.position().map(|p| p.line());
+        let line = row.position().map(line_at);
         for &f in &features {
             let field = &row[f];
             match field.parse::<f64>() {
@@ -349,6 +359,18 @@ mod tests {
             bad_utf8.to_string(),
             "dataset.path: d.csv: line 3: not valid UTF-8"
         );
+    }
+
+    #[test]
+    fn windows_line_endings_count_lines() {
+        let c = source(TaskKind::Classification);
+        let text = "x,y\r\n1,a\r\n2,b\r\nthree,a\r\n";
+        let err = parse_str(text, &c).unwrap_err().to_string();
+        assert!(err.contains("line 4: column `x` `three`"), "{err}");
+        let err = parse_str("x,y\r\n1,a\r\n2\r\n", &c)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("line 3: 1 fields"), "{err}");
     }
 
     #[test]
