@@ -151,7 +151,7 @@ fn learner_skips_a_poisoned_step_and_each_item_carries_its_outcome() {
     assert_eq!(metrics.skipped.value().unwrap().current(), 1.0);
 
     let record = run(&mut learner, &mut metrics, batch(8, 32, &device));
-    assert!(record.outcome.unwrap().is_applied());
+    assert!(record.outcome.as_ref().unwrap().is_applied());
     assert_eq!(record.scale_used, 16384.0);
     assert_eq!(record.skipped_total(), 1);
     assert_eq!(handle.stats().steps, 5);

@@ -167,7 +167,7 @@ impl ScalerHandle {
         let (module, outcome) = step(&mut shared.scaler);
         let pending = std::mem::take(&mut shared.pending);
         match outcome {
-            Ok(outcome) => pending.iter().for_each(|slot| slot.decide(outcome)),
+            Ok(outcome) => pending.iter().for_each(|slot| slot.decide(outcome.clone())),
             // The device could not be read: nothing was applied and the scale is unchanged.
             Err(err) => log::warn!("loss-scaled step not applied: {err}"),
         }

@@ -61,7 +61,7 @@ pub struct ScaledItem<O> {
 
 impl<O> Adaptor<ScaleRecord> for ScaledItem<O> {
     fn adapt(&self) -> ScaleRecord {
-        self.record
+        self.record.clone()
     }
 }
 

@@ -288,7 +288,7 @@ impl Metric for Decisions {
     type Input = ScaleRecord;
 
     fn update(&mut self, record: &ScaleRecord, _: &MetricMetadata) -> SerializedEntry {
-        self.0.lock().unwrap().push(*record);
+        self.0.lock().unwrap().push(record.clone());
         let scale = record.scale_used.to_string();
         SerializedEntry::new(scale.clone(), scale)
     }
@@ -354,7 +354,7 @@ fn a_run_resumed_from_a_checkpoint_goes_on_with_the_scale_and_skips_it_had() {
     assert_eq!(whole_steps.len(), EPOCHS * steps);
     assert_eq!(first_steps[..], whole_steps[..STOP * steps]);
     // The first part backed off (overflows, then the poisoned batch) before the checkpoint.
-    let at_stop = first_steps.last().unwrap().outcome.unwrap();
+    let at_stop = first_steps.last().unwrap().outcome.clone().unwrap();
     assert!(at_stop.next_scale < initial / 16.0, "{at_stop:?}");
     assert!(at_stop.stats.skipped > STOP as u64, "{at_stop:?}");
 
@@ -375,6 +375,33 @@ fn a_run_resumed_from_a_checkpoint_goes_on_with_the_scale_and_skips_it_had() {
         resumed.handle.snapshot().to_record(),
         whole.handle.snapshot().to_record()
     );
+
+    // Each skipped step's item names the parameters whose gradients overflowed, by their path
+    // in the `Scaled` model, in module order; applied steps name none.
+    let params = [
+        "model.l1.weight",
+        "model.l1.bias",
+        "model.l2.weight",
+        "model.l2.bias",
+    ];
+    for record in &whole_steps {
+        let outcome = record.outcome.as_ref().unwrap();
+        match &outcome.overflow {
+            None => assert!(outcome.is_applied(), "{outcome:?}"),
+            Some(overflow) => {
+                assert!(
+                    outcome.is_skipped() && !overflow.params.is_empty(),
+                    "{outcome:?}"
+                );
+                let at: Vec<usize> = overflow
+                    .params
+                    .iter()
+                    .map(|p| params.iter().position(|q| q == p).expect("a parameter"))
+                    .collect();
+                assert!(at.windows(2).all(|w| w[0] < w[1]), "{overflow:?}");
+            }
+        }
+    }
 
     // The parameters (and, through every Adam step since, the optimizer state) are the
     // uninterrupted run's.

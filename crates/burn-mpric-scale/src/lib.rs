@@ -87,6 +87,7 @@ mod collective;
 mod dtype;
 mod error;
 mod keep_dtype;
+mod overflow;
 mod pack;
 mod read;
 mod record;
@@ -101,6 +102,7 @@ pub use collective::{all_peers_finite, sum_over_peers};
 pub use dtype::BurnDType;
 pub use error::StepError;
 pub use keep_dtype::apply_gradients;
+pub use overflow::find_overflow;
 pub use record::LossScalerRecord;
 pub use replicas::{all_replicas_finite, combine_finite_flags};
 pub use scaler::{CheckedGrads, LossScaler};
@@ -110,7 +112,7 @@ pub use unscale::{UnscaledGrads, cast_grads_to_param_dtype, unscale_grads};
 // The rules without tensors live once, in burn-mpric-core, for both editions.
 pub use burn_mpric_core::scale::{
     DynamicLossScale, LossScale, LossScaleConfig, LossScaleError, LossScaleKind, LossScalePreset,
-    MAX_STATE_FILE_BYTES, MIN_SCALE, NoOpLossScale, RECORD_FORMAT_VERSION, ScaleRecord,
-    ScalerRecord, ScalerState, ScalerStats, StateError, StaticLossScale, StepAction, StepOutcome,
-    StepSlot, UpdateRule, inverse_scale, unscale_dtype,
+    MAX_STATE_FILE_BYTES, MIN_SCALE, NoOpLossScale, OVERFLOW_NAMES_SHOWN, Overflow,
+    RECORD_FORMAT_VERSION, ScaleRecord, ScalerRecord, ScalerState, ScalerStats, StateError,
+    StaticLossScale, StepAction, StepOutcome, StepSlot, UpdateRule, inverse_scale, unscale_dtype,
 };

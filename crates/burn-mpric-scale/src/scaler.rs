@@ -8,6 +8,7 @@ use burn::tensor::{FloatDType, Tensor};
 use crate::clip::{GlobalNormClip, GradSquares, global_norm_from_squares, grad_squares_of_sum};
 use crate::error::StepError;
 use crate::keep_dtype::{apply_gradients, keeping_dtypes};
+use crate::overflow::find_overflow;
 use crate::read::read_step_values;
 use crate::replicas::combine_finite_flags;
 use crate::scaling::LossScaling;
@@ -16,7 +17,7 @@ use burn_mpric_core::scale::LossScale;
 use burn_mpric_core::scale::LossScaleConfig;
 use burn_mpric_core::scale::LossScaleError;
 use burn_mpric_core::scale::{ClipNorm, LossScalePreset, ScalerState};
-use burn_mpric_core::scale::{ScalerStats, StepOutcome};
+use burn_mpric_core::scale::{Overflow, ScalerStats, StepOutcome};
 
 /// Loss scaling as a gradients transform around any Burn [`Optimizer`].
 ///
@@ -336,7 +337,9 @@ impl LossScaler {
     /// assert_eq!(outcome.loss, Some(scaled.into_scalar() / 4.0));
     /// ```
     pub fn update_checked(&mut self, checked: &CheckedGrads) -> StepOutcome {
-        self.update_finished(checked.finite, checked.loss, checked.grad_norm)
+        let mut outcome = self.update_finished(checked.finite, checked.loss, checked.grad_norm);
+        outcome.overflow = checked.overflow.clone();
+        outcome
     }
 
     fn update_finished(
@@ -493,11 +496,19 @@ impl LossScaler {
             loss,
             grad_norm,
         } = checked;
+        let grads = grads.pop().unwrap_or_default();
+        // Skipped steps only: one more read names the parameters that overflowed.
+        let overflow = if finite {
+            None
+        } else {
+            find_overflow::<B, M>(module, std::slice::from_ref(&grads)).ok()
+        };
         Ok(CheckedGrads {
-            grads: grads.pop().unwrap_or_default(),
+            grads,
             finite,
             loss,
             grad_norm,
+            overflow,
         })
     }
 
@@ -642,7 +653,7 @@ impl LossScaler {
     {
         let (shards, devices): (Vec<_>, Vec<_>) = grads.grads.into_iter().unzip();
         let checked = self.check_shards::<B, M>(&module, shards, None);
-        self.apply(module, checked, |module, shards| {
+        self.apply::<B, M>(module, checked, |module, shards| {
             let grads = shards.into_iter().zip(devices).collect();
             keeping_dtypes::<B, M>(module, |module| {
                 optim.step_multi(lr, module, MultiGradientsParams { grads })
@@ -651,24 +662,35 @@ impl LossScaler {
     }
 
     /// Runs `optimize` on the checked gradients when they are all finite, then updates the
-    /// scale; on an error nothing changes.
-    fn apply<M>(
+    /// scale; on an error nothing changes. A skipped step names the parameters whose
+    /// gradients overflowed (one more read, on skipped steps only).
+    fn apply<B, M>(
         &mut self,
         module: M,
         checked: Result<Shards, StepError>,
         optimize: impl FnOnce(M, Vec<GradientsParams>) -> M,
-    ) -> (M, Result<StepOutcome, StepError>) {
+    ) -> (M, Result<StepOutcome, StepError>)
+    where
+        B: AutodiffBackend,
+        M: AutodiffModule<B>,
+    {
         let checked = match checked {
             Ok(checked) => checked,
             Err(err) => return (module, Err(err)),
         };
-        let module = if checked.finite {
-            optimize(module, checked.grads)
-        } else {
-            module
-        };
-        let outcome = self.update_finished(checked.finite, checked.loss, checked.grad_norm);
-        (module, Ok(outcome))
+        if checked.finite {
+            let module = optimize(module, checked.grads);
+            let outcome = self.update_finished(true, checked.loss, checked.grad_norm);
+            return (module, Ok(outcome));
+        }
+        let overflow = find_overflow::<B, M>(&module, &checked.grads);
+        let outcome = self.update_finished(false, checked.loss, checked.grad_norm);
+        match overflow {
+            Ok(overflow) => (module, Ok(outcome.with_overflow(overflow))),
+            // The step is skipped and the scale updated all the same; only the names are
+            // missing (`overflow: None`).
+            Err(_) => (module, Ok(outcome)),
+        }
     }
 
     /// One step on one set of gradients; `loss` is the mean of the scaled loss at f32.
@@ -686,7 +708,7 @@ impl LossScaler {
         O: Optimizer<M, B>,
     {
         let checked = self.check_shards::<B, M>(&module, vec![grads], loss);
-        self.apply(module, checked, |module, mut shards| {
+        self.apply::<B, M>(module, checked, |module, mut shards| {
             apply_gradients::<B, M, O>(optim, lr, module, shards.pop().unwrap_or_default())
         })
     }
@@ -707,6 +729,9 @@ pub struct CheckedGrads {
     /// infinite when an element is infinite or the norm exceeds `f32::MAX`, NaN when an
     /// element is NaN.
     pub grad_norm: Option<f32>,
+    /// When the gradients were not finite, the parameters whose gradients held inf or NaN
+    /// (read only then); `None` when they were finite.
+    pub overflow: Option<Overflow>,
 }
 
 /// The mean of a (scaled) loss at f32, on the inner backend, for the step's one host read.

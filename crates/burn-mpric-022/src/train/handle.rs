@@ -140,7 +140,7 @@ impl ScalerHandle {
         let (module, outcome) = step(&mut shared.scaler);
         let pending = std::mem::take(&mut shared.pending);
         match outcome {
-            Ok(outcome) => pending.iter().for_each(|slot| slot.decide(outcome)),
+            Ok(outcome) => pending.iter().for_each(|slot| slot.decide(outcome.clone())),
             Err(err) => shared.last_error = Some(err.to_string()),
         }
         module

@@ -28,6 +28,7 @@ mod limits;
 mod loss_scale;
 mod noop;
 mod outcome;
+mod overflow;
 mod preset;
 mod record;
 mod state;
@@ -43,6 +44,7 @@ pub use limits::MIN_SCALE;
 pub use loss_scale::LossScale;
 pub use noop::NoOpLossScale;
 pub use outcome::{ScalerStats, StepAction, StepOutcome};
+pub use overflow::{OVERFLOW_NAMES_SHOWN, Overflow};
 pub use preset::LossScalePreset;
 pub use record::{
     LossScaleKind, MAX_STATE_FILE_BYTES, RECORD_FORMAT_VERSION, ScalerRecord, StateError,

@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::scale::Overflow;
+
 /// Whether the optimizer step ran.
 ///
 /// # Example
@@ -98,7 +100,7 @@ impl ScalerStats {
 /// assert_eq!((outcome.scale_used, outcome.next_scale), (64.0, 32.0));
 /// assert_eq!(outcome.stats.skipped, 1);
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct StepOutcome {
     /// Whether the optimizer step ran.
     pub action: StepAction,
@@ -114,9 +116,26 @@ pub struct StepOutcome {
     pub grad_norm: Option<f32>,
     /// The scaler's counters after this step.
     pub stats: ScalerStats,
+    /// On a skipped step, the parameters whose gradients held inf or NaN, where the step
+    /// looked for them (burn-mpric-scale's steps do, with one more read on skipped steps
+    /// only); `None` on applied steps.
+    pub overflow: Option<Overflow>,
 }
 
 impl StepOutcome {
+    /// The same outcome naming the parameters that overflowed.
+    ///
+    /// ```
+    /// use burn_mpric_core::scale::{Overflow, ScalerState};
+    ///
+    /// let outcome = ScalerState::noop().update(false).with_overflow(Overflow::new(vec!["w".into()]));
+    /// assert_eq!(outcome.overflow.unwrap().params, vec!["w"]);
+    /// ```
+    pub fn with_overflow(mut self, overflow: Overflow) -> Self {
+        self.overflow = Some(overflow);
+        self
+    }
+
     /// `true` when the optimizer step ran.
     ///
     /// # Example

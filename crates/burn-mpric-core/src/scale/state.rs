@@ -222,6 +222,7 @@ impl ScalerState {
             loss: None,
             grad_norm: None,
             stats: self.stats,
+            overflow: None,
         }
     }
 

@@ -23,7 +23,7 @@ use super::outcome::StepOutcome;
 /// assert_eq!(record.skipped_total(), 2);
 /// assert!(!record.is_skipped());
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ScaleRecord {
     /// The scale the step's loss was multiplied by (PyTorch's `scaler.get_scale()` read
     /// before `scaler.update()`).
@@ -61,7 +61,7 @@ impl ScaleRecord {
     /// assert!(record.is_skipped());
     /// ```
     pub fn is_skipped(&self) -> bool {
-        self.outcome.is_some_and(|o| o.is_skipped())
+        self.outcome.as_ref().is_some_and(StepOutcome::is_skipped)
     }
 
     /// Skipped steps so far, this step included.
@@ -77,6 +77,7 @@ impl ScaleRecord {
     /// ```
     pub fn skipped_total(&self) -> u64 {
         self.outcome
+            .as_ref()
             .map_or(self.skipped_before, |outcome| outcome.stats.skipped)
     }
 }
@@ -121,7 +122,7 @@ impl StepSlot {
     /// use burn_mpric_core::scale::{ScaleRecord, StepSlot};
     ///
     /// let record = ScaleRecord::undecided(2.0, 3);
-    /// assert_eq!(StepSlot::fixed(record).read(), record);
+    /// assert_eq!(StepSlot::fixed(record.clone()).read(), record);
     /// ```
     pub fn fixed(record: ScaleRecord) -> Self {
         let slot = Self::new(record.scale_used, record.skipped_before);
@@ -138,7 +139,7 @@ impl StepSlot {
     /// The record as it stands; the first read of an undecided slot fixes it undecided.
     pub fn read(&self) -> ScaleRecord {
         ScaleRecord {
-            outcome: *self.decision.get_or_init(|| None),
+            outcome: self.decision.get_or_init(|| None).clone(),
             ..ScaleRecord::undecided(self.scale_used, self.skipped_before)
         }
     }

@@ -14,8 +14,11 @@ use crate::error::Error;
 /// use burn_mpric_train::report::metrics::{StepRow, csv};
 ///
 /// let row = StepRow { step: 1, epoch: 0, lr: 0.01, loss: Some(1.1), accuracy: None, loss_scale: 1.0,
-///     skipped: false, skipped_total: 0, grad_norm: None, step_ms: 2.5 };
-/// assert_eq!(csv(&[row]).lines().nth(1).unwrap(), "1,0,0.01,1.1,,1,false,0,,2.500");
+///     skipped: false, skipped_total: 0, grad_norm: None, step_ms: 2.5, overflowed: vec![] };
+/// assert_eq!(csv(&[row.clone()]).lines().nth(1).unwrap(), "1,0,0.01,1.1,,1,false,0,,2.500,");
+/// let skipped = StepRow { loss: None, skipped: true, skipped_total: 1,
+///     overflowed: vec!["Mlp.out.weight".into(), "Mlp.out.bias".into()], ..row };
+/// assert_eq!(csv(&[skipped]).lines().nth(1).unwrap(), "1,0,0.01,,,1,true,1,,2.500,Mlp.out.weight;Mlp.out.bias");
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepRow {
@@ -39,6 +42,9 @@ pub struct StepRow {
     pub grad_norm: Option<f32>,
     /// Wall time of the step in milliseconds (batch, forward, backward, update).
     pub step_ms: f64,
+    /// On a skipped step, the parameters (module paths) whose gradients held inf or NaN.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overflowed: Vec<String>,
 }
 
 impl StepRow {
@@ -48,7 +54,7 @@ impl StepRow {
     /// use burn_mpric_train::report::metrics::StepRow;
     ///
     /// let a = StepRow { step: 1, epoch: 0, lr: 0.1, loss: None, accuracy: None, loss_scale: 1.0,
-    ///     skipped: true, skipped_total: 1, grad_norm: None, step_ms: 1.0 };
+    ///     skipped: true, skipped_total: 1, grad_norm: None, step_ms: 1.0, overflowed: vec![] };
     /// let b = StepRow { step_ms: 9.0, ..a.clone() };
     /// assert_eq!(a.untimed(), b.untimed());
     /// ```
@@ -127,10 +133,21 @@ pub struct MetricsFile {
 /// assert!(burn_mpric_train::report::metrics::CSV_HEADER.starts_with("step,epoch,lr,loss"));
 /// ```
 pub const CSV_HEADER: &str =
-    "step,epoch,lr,loss,accuracy,loss_scale,skipped,skipped_total,grad_norm,step_ms";
+    "step,epoch,lr,loss,accuracy,loss_scale,skipped,skipped_total,grad_norm,step_ms,overflowed";
 
 fn opt(value: Option<f32>) -> String {
     value.map(|v| v.to_string()).unwrap_or_default()
+}
+
+/// The overflowed parameters as one CSV cell: names joined by `;`, quoted where a name holds
+/// a comma or a quote.
+fn overflowed_cell(names: &[String]) -> String {
+    let cell = names.join(";");
+    if cell.contains([',', '"', '\n']) {
+        format!("\"{}\"", cell.replace('"', "\"\""))
+    } else {
+        cell
+    }
 }
 
 /// The rows as CSV text (header first; empty cells for values that do not apply).
@@ -147,7 +164,7 @@ pub fn csv(rows: &[StepRow]) -> String {
     for r in rows {
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{},{},{},{:.3}",
+            "{},{},{},{},{},{},{},{},{},{:.3},{}",
             r.step,
             r.epoch,
             r.lr,
@@ -157,7 +174,8 @@ pub fn csv(rows: &[StepRow]) -> String {
             r.skipped,
             r.skipped_total,
             opt(r.grad_norm),
-            r.step_ms
+            r.step_ms,
+            overflowed_cell(&r.overflowed)
         );
     }
     out

@@ -227,6 +227,7 @@ mod tests {
             skipped_total: 0,
             grad_norm: None,
             step_ms: 1.0,
+            overflowed: vec![],
         }
     }
 

@@ -485,7 +485,15 @@ where
             skipped_total: outcome.stats.skipped,
             grad_norm: outcome.grad_norm.filter(|n| n.is_finite()),
             step_ms: t0.elapsed().as_secs_f64() * 1e3,
+            overflowed: outcome
+                .overflow
+                .as_ref()
+                .map(|o| o.params.clone())
+                .unwrap_or_default(),
         };
+        if is_main && options.log && outcome.is_skipped() {
+            bar.suspend(|| eprintln!("{}", skip_line(step, &outcome)));
+        }
         bar.set_message(progress_message(&row));
         bar.inc(1);
         let skipped = row.skipped;
@@ -625,6 +633,23 @@ fn optimizer_state_device<B: Backend>(device: &MpDevice<B>) -> Result<MpDevice<B
     let wide = Policy::from(policy).with_param(FloatDType::F32);
     MixedPrecision::<B>::device(device.inner().clone(), wide)
         .map_err(|e| Error::Internal(format!("the optimizer-state device: {e}")))
+}
+
+/// The stderr line of a skipped step: the scale it used and the next one, and which
+/// parameters' gradients overflowed.
+fn skip_line(step: u64, outcome: &burn_mpric::scale::StepOutcome) -> String {
+    let which = match &outcome.overflow {
+        Some(overflow) if overflow.params.is_empty() => {
+            "the global gradient norm overflowed f32 (no single gradient held inf or NaN)"
+                .to_string()
+        }
+        Some(overflow) => format!("inf/NaN gradients in {overflow}"),
+        None => "inf/NaN gradients".to_string(),
+    };
+    format!(
+        "step {step}: skipped: {which}; loss scale {} -> {}",
+        outcome.scale_used, outcome.next_scale
+    )
 }
 
 fn write_reports(

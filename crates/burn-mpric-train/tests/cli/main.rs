@@ -9,6 +9,7 @@ mod common;
 mod integrity;
 mod kill;
 mod multi_device;
+mod overflow;
 mod plots;
 mod policy;
 mod quickstart;
