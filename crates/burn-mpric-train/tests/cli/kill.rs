@@ -57,7 +57,11 @@ fn assert_all_files_valid(output: &Path, expect_complete: bool) {
             assert_eq!(lines.len(), from_json.len());
         }
         for (i, line) in lines[1..].iter().enumerate() {
-            assert_eq!(line.split(',').count(), 10, "{line}");
+            assert_eq!(
+                line.split(',').count(),
+                CSV_HEADER.split(',').count(),
+                "{line}"
+            );
             assert!(line.starts_with(&format!("{},", i + 1)), "{line}");
         }
         for (i, row) in m.steps.iter().enumerate() {
