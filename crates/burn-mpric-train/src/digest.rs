@@ -33,14 +33,15 @@ impl FileDigest {
     /// assert_ne!(FileDigest::of(b"a"), FileDigest::of(b"b"));
     /// ```
     pub fn of(content: &[u8]) -> Self {
-        let hash = Sha256::digest(content);
+        Self::from_hash(content.len() as u64, &Sha256::digest(content))
+    }
+
+    /// The digest of `bytes` bytes whose SHA-256 is `hash`.
+    pub(crate) fn from_hash(bytes: u64, hash: &[u8]) -> Self {
         let mut sha256 = String::with_capacity(64);
         for byte in hash {
             let _ = write!(sha256, "{byte:02x}");
         }
-        Self {
-            bytes: content.len() as u64,
-            sha256,
-        }
+        Self { bytes, sha256 }
     }
 }

@@ -3,12 +3,12 @@
 //! against it before anything is loaded.
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::record_layout::{RecordTensor, record_tensors};
+use crate::data::source::read_limited;
 pub use crate::digest::FileDigest;
 
 /// The manifest's file name inside a checkpoint folder.
@@ -163,16 +163,6 @@ impl Manifest {
         }
         Ok(content)
     }
-}
-
-/// Reads at most `limit + 1` bytes: a file larger than `limit` comes back longer than `limit`
-/// (for the size check to name), an endless one is not read to its end.
-fn read_limited(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
-    let mut content = Vec::new();
-    std::fs::File::open(path)?
-        .take(limit.saturating_add(1))
-        .read_to_end(&mut content)?;
-    Ok(content)
 }
 
 /// Checks that a record's tensors are the tensors a module expects: the same names, shapes and

@@ -56,10 +56,15 @@ pub fn parse(path: &Path, bytes: &[u8], source: &CsvSource) -> Result<Table, Rec
     };
 
     // Column names: the header, or positions from 1.
+    let header = if source.header {
+        Some(header_names(path, &mut reader)?)
+    } else {
+        None
+    };
     let mut records = reader.records();
     let mut first = None;
-    let names: Vec<String> = if source.header {
-        reader_header(path, bytes, source)?
+    let names: Vec<String> = if let Some(header) = header {
+        header
     } else {
         match records.next() {
             Some(row) => {
@@ -234,16 +239,7 @@ pub fn parse(path: &Path, bytes: &[u8], source: &CsvSource) -> Result<Table, Rec
 }
 
 /// The header row (line 1), with its own error messages.
-fn reader_header(
-    path: &Path,
-    bytes: &[u8],
-    source: &CsvSource,
-) -> Result<Vec<String>, RecipeError> {
-    let mut reader = csv::ReaderBuilder::new()
-        .has_headers(true)
-        .delimiter(source.delimiter)
-        .trim(csv::Trim::All)
-        .from_reader(bytes);
+fn header_names(path: &Path, reader: &mut csv::Reader<&[u8]>) -> Result<Vec<String>, RecipeError> {
     let header = reader.headers().map_err(|err| match err.kind() {
         csv::ErrorKind::Utf8 { .. } => file_error(path, "line 1: the header is not valid UTF-8"),
         _ => file_error(path, format!("line 1: {err}")),

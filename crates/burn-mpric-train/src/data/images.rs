@@ -10,13 +10,13 @@
 //! level are skipped and counted in the run's description; names starting with `.` are
 //! hidden and ignored.
 
-use std::io::{Cursor, Read};
+use std::io::Cursor;
 use std::path::{Path, PathBuf};
 
 use image::imageops::FilterType;
 use image::{ImageReader, Limits};
 
-use crate::data::source::{FolderDigest, file_error, resolve};
+use crate::data::source::{FolderDigest, file_error, read_limited, resolve};
 use crate::data::tabular::{Table, Tabular, Targets};
 use crate::error::RecipeError;
 use crate::recipe::{Channels, ImageSource};
@@ -222,11 +222,7 @@ fn relative(root: &Path, path: &Path) -> String {
 }
 
 fn read_image_file(path: &Path) -> Result<Vec<u8>, RecipeError> {
-    let file =
-        std::fs::File::open(path).map_err(|e| file_error(path, format!("cannot read it: {e}")))?;
-    let mut bytes = Vec::new();
-    file.take(MAX_IMAGE_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
+    let bytes = read_limited(path, MAX_IMAGE_FILE_BYTES)
         .map_err(|e| file_error(path, format!("cannot read it: {e}")))?;
     if bytes.len() as u64 > MAX_IMAGE_FILE_BYTES {
         return Err(file_error(

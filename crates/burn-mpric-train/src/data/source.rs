@@ -59,12 +59,9 @@ pub fn read_file(
     if meta.len() > MAX_DATA_FILE_BYTES {
         return Err(too_large(&path, meta.len(), true));
     }
-    let file = File::open(&path).map_err(|e| open_error(&path, written, base, e))?;
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
     // Bounded even when the size on disk says nothing (pipes, devices, a growing file).
-    file.take(MAX_DATA_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| file_error(&path, format!("cannot read it: {e}")))?;
+    let bytes = read_limited(&path, MAX_DATA_FILE_BYTES)
+        .map_err(|e| open_error(&path, written, base, e))?;
     if bytes.len() as u64 > MAX_DATA_FILE_BYTES {
         return Err(too_large(&path, bytes.len() as u64, false));
     }
@@ -83,6 +80,16 @@ fn too_large(path: &Path, bytes: u64, exact: bool) -> RecipeError {
             MAX_DATA_FILE_BYTES >> 20
         ),
     )
+}
+
+/// At most `limit + 1` bytes of the file at `path`: a caller finds a file longer than
+/// `limit` from the length, having read no more than one byte past it.
+pub fn read_limited(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    let mut content = Vec::new();
+    File::open(path)?
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut content)?;
+    Ok(content)
 }
 
 /// One digest over many files (a folder of images): each file's name relative to the
@@ -105,11 +112,7 @@ impl FolderDigest {
 
     /// The digest of every file added.
     pub fn finish(self) -> FileDigest {
-        let hash = self.hasher.finalize();
-        FileDigest {
-            bytes: self.bytes,
-            sha256: hash.iter().map(|b| format!("{b:02x}")).collect(),
-        }
+        FileDigest::from_hash(self.bytes, &self.hasher.finalize())
     }
 }
 
