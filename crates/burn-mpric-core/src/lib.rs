@@ -35,6 +35,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod audit;
 mod dtype;
 mod op_table;
 mod policy;

@@ -102,7 +102,7 @@ pub use collective::{all_peers_finite, sum_over_peers};
 pub use dtype::BurnDType;
 pub use error::StepError;
 pub use keep_dtype::apply_gradients;
-pub use overflow::find_overflow;
+pub use overflow::{find_overflow, named_grads};
 pub use record::LossScalerRecord;
 pub use replicas::{all_replicas_finite, combine_finite_flags};
 pub use scaler::{CheckedGrads, LossScaler};

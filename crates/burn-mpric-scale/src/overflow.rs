@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Bool, Tensor, Transaction};
 use burn_mpric_core::scale::Overflow;
 
@@ -37,23 +37,20 @@ pub fn find_overflow<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: &M,
     shards: &[GradientsParams],
 ) -> Result<Overflow, StepError> {
-    let mut finder = Finder::<B> {
-        shards,
-        path: Vec::new(),
-        seen: HashSet::new(),
-        flags: Vec::new(),
-    };
-    module.visit(&mut finder);
-    let Some(device) = finder.flags.first().map(|(_, flag)| flag.device()) else {
+    let flags: Vec<(String, Tensor<B::InnerBackend, 1, Bool>)> = named_grads(module, shards)
+        .into_iter()
+        .map(|(path, grad)| (path, grad.is_finite().bool_not().any()))
+        .collect();
+    let Some(device) = flags.first().map(|(_, flag)| flag.device()) else {
         return Ok(Overflow::default());
     };
     let mut transaction = Transaction::<B::InnerBackend>::default();
-    for (_, flag) in &finder.flags {
+    for (_, flag) in &flags {
         transaction = transaction.register(flag.clone().to_device(&device));
     }
     let data = transaction.try_execute()?;
     let mut params = Vec::new();
-    for ((path, _), data) in finder.flags.iter().zip(data) {
+    for ((path, _), data) in flags.iter().zip(data) {
         let bad = data
             .iter::<bool>()
             .next()
@@ -65,13 +62,49 @@ pub fn find_overflow<B: AutodiffBackend, M: AutodiffModule<B>>(
     Ok(Overflow::new(params))
 }
 
-/// Visits the parameters with their module paths; for each gradient, a device flag: "holds
-/// inf or NaN".
+/// Each gradient in `shards` of a parameter of `module`, flattened, with the parameter's
+/// module path (`encoder.layers.0.weight`; `parameter <id>` for a module without names), in
+/// module order; a parameter shared by several submodules is named once, by its first path.
+///
+/// # Example
+///
+/// ```
+/// use burn::backend::{Autodiff, Flex};
+/// use burn::nn::{Linear, LinearConfig};
+/// use burn::optim::GradientsParams;
+/// use burn::tensor::Tensor;
+/// use burn_mpric_scale::named_grads;
+///
+/// type B = Autodiff<Flex>;
+/// let device = Default::default();
+/// let model: Linear<B> = LinearConfig::new(2, 1).init(&device);
+/// let mut grads = GradientsParams::new();
+/// grads.register(model.weight.id, Tensor::<Flex, 2>::from_floats([[1.0], [2.0]], &device));
+/// let named = named_grads(&model, &[grads]);
+/// assert_eq!(named.len(), 1, "the bias has no gradient");
+/// assert_eq!(named[0].0, "weight");
+/// assert_eq!(named[0].1.dims(), [2]);
+/// ```
+pub fn named_grads<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+    shards: &[GradientsParams],
+) -> Vec<(String, Tensor<B::InnerBackend, 1>)> {
+    let mut finder = Finder::<B> {
+        shards,
+        path: Vec::new(),
+        seen: HashSet::new(),
+        found: Vec::new(),
+    };
+    module.visit(&mut finder);
+    finder.found
+}
+
+/// Visits the parameters with their module paths and collects their gradients.
 struct Finder<'a, B: AutodiffBackend> {
     shards: &'a [GradientsParams],
     path: Vec<String>,
     seen: HashSet<ParamId>,
-    flags: Vec<(String, Tensor<B::InnerBackend, 1, Bool>)>,
+    found: Vec<(String, Tensor<B::InnerBackend, 1>)>,
 }
 
 impl<B: AutodiffBackend> ModuleVisitor<B> for Finder<'_, B> {
@@ -84,7 +117,6 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Finder<'_, B> {
     }
 
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        // A parameter shared by several submodules is named once, by its first path.
         if !self.seen.insert(param.id) {
             return;
         }
@@ -95,12 +127,9 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Finder<'_, B> {
         };
         for shard in self.shards {
             if let Some(grad) = shard.get::<B::InnerBackend, D>(param.id) {
-                self.flags.push((path.clone(), not_finite(grad)));
+                let len = grad.shape().num_elements();
+                self.found.push((path.clone(), grad.reshape([len])));
             }
         }
     }
-}
-
-fn not_finite<B: Backend, const D: usize>(grad: Tensor<B, D>) -> Tensor<B, 1, Bool> {
-    grad.is_finite().bool_not().any()
 }

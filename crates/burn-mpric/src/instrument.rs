@@ -2,6 +2,7 @@
 //! op receives, to audit what a backend (such as [`MixedPrecision`](crate::MixedPrecision))
 //! hands to the backend below it.
 
+use core::any::Any;
 use core::marker::PhantomData;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -26,6 +27,7 @@ use burn_backend::{
 };
 use burn_std::quantization::QuantAcc;
 
+use crate::Op;
 use crate::ops::activation::activation_op_list;
 use crate::ops::bool_tensor::bool_op_list;
 use crate::ops::int_tensor::int_op_list;
@@ -50,9 +52,89 @@ type FloatInput = (DType, Vec<usize>);
 /// A function [`at_each_op`] calls around the ops an [`Instrumented`] backend forwards.
 pub type OpHook = Rc<dyn Fn()>;
 
+/// A float tensor an op returned, as [`observe_outputs`] hands it over.
+#[derive(Debug, Clone, Copy)]
+pub struct OpOutput<'a> {
+    /// Burn's method name (`float_matmul`, `linear_x_backward`, ...).
+    pub method: &'static str,
+    /// The op of the decorator's table the method belongs to; `None` for ops outside it
+    /// (reshapes, slices, casts, ...).
+    pub op: Option<Op>,
+    /// The tensor's dtype.
+    pub dtype: DType,
+    /// Its values, converted to f32 (exact for f16, bf16 and f32; f64 values are rounded).
+    pub values: &'a [f32],
+}
+
+/// A function [`observe_outputs`] calls with each float tensor an op returns.
+pub type OutputHook = Rc<dyn Fn(OpOutput<'_>)>;
+
 thread_local! {
     static LOG: RefCell<Option<Vec<OpRecord>>> = const { RefCell::new(None) };
     static EACH_OP: RefCell<Option<OpHook>> = const { RefCell::new(None) };
+    static OUTPUTS: RefCell<Option<OutputHook>> = const { RefCell::new(None) };
+}
+
+/// Runs `f`, handing `hook` the values of every float tensor that the ops of the
+/// [`Instrumented`] backends on this thread return meanwhile. Each one is read to the host
+/// when the op returns: a full synchronization per op, for audits, never for training.
+///
+/// ```
+/// use std::cell::RefCell;
+/// use std::rc::Rc;
+/// use burn::backend::Flex;
+/// use burn::tensor::Tensor;
+/// use burn_mpric::Op;
+/// use burn_mpric::instrument::{Instrumented, OpOutput, observe_outputs};
+///
+/// type B = Instrumented<Flex>;
+/// let a = Tensor::<B, 1>::from_floats([1.0, -3.0], &Default::default());
+/// let seen = Rc::new(RefCell::new(Vec::new()));
+/// let sink = seen.clone();
+/// observe_outputs(
+///     Rc::new(move |out: OpOutput| sink.borrow_mut().push((out.method, out.op, out.values.to_vec()))),
+///     || (a.clone() * 2.0).reshape([2, 1]).abs(),
+/// );
+/// assert_eq!(
+///     *seen.borrow(),
+///     vec![
+///         ("float_mul_scalar", Some(Op::MulScalar), vec![2.0, -6.0]),
+///         ("float_reshape", None, vec![2.0, -6.0]),
+///         ("float_abs", Some(Op::Abs), vec![2.0, 6.0]),
+///     ]
+/// );
+/// ```
+pub fn observe_outputs<R>(hook: OutputHook, f: impl FnOnce() -> R) -> R {
+    let previous = OUTPUTS.with(|h| h.borrow_mut().replace(hook));
+    let result = f();
+    OUTPUTS.with(|h| *h.borrow_mut() = previous);
+    result
+}
+
+/// Hands the float tensors among an op's outputs to the [`observe_outputs`] hook, if any.
+fn observe<B: Backend, T: Wrap>(method: &'static str, op: Option<Op>, out: &T) {
+    let Some(hook) = OUTPUTS.with(|h| h.borrow().clone()) else {
+        return;
+    };
+    out.outputs(&mut |tensor| {
+        // Some backends use one primitive type for floats, ints and bools: the dtype tells.
+        let Some(tensor) = tensor.downcast_ref::<B::FloatTensorPrimitive>() else {
+            return;
+        };
+        let dtype = tensor.dtype();
+        if !dtype.is_float() {
+            return;
+        }
+        if let Ok(data) = burn_std::future::block_on(B::float_into_data(tensor.clone())) {
+            let values: Vec<f32> = data.iter::<f32>().collect();
+            hook(OpOutput {
+                method,
+                op,
+                dtype,
+                values: &values,
+            });
+        }
+    });
 }
 
 /// Runs `f`, calling `hook` around the ops the [`Instrumented`] backends on this thread
@@ -187,6 +269,9 @@ pub(crate) trait Wrap {
     type Inner;
 
     fn wrap(inner: Self::Inner) -> Self;
+
+    /// Calls `f` with each inner primitive this output holds (see [`observe_outputs`]).
+    fn outputs(&self, _f: &mut dyn FnMut(&dyn Any)) {}
 }
 
 impl<P: TensorMetadata> Inspect for Rec<P> {
@@ -203,11 +288,15 @@ impl<P: TensorMetadata> Inspect for Rec<P> {
     }
 }
 
-impl<P> Wrap for Rec<P> {
+impl<P: 'static> Wrap for Rec<P> {
     type Inner = P;
 
     fn wrap(inner: P) -> Self {
         Rec(inner)
+    }
+
+    fn outputs(&self, f: &mut dyn FnMut(&dyn Any)) {
+        f(&self.0)
     }
 }
 
@@ -285,6 +374,12 @@ impl<B: Backend> Wrap for TensorPrimitive<Instrumented<B>> {
             TensorPrimitive::QFloat(t) => TensorPrimitive::QFloat(Rec(t)),
         }
     }
+
+    fn outputs(&self, f: &mut dyn FnMut(&dyn Any)) {
+        if let TensorPrimitive::Float(t) = self {
+            t.outputs(f)
+        }
+    }
 }
 
 impl<T: Wrap> Wrap for Option<T> {
@@ -292,6 +387,12 @@ impl<T: Wrap> Wrap for Option<T> {
 
     fn wrap(inner: Self::Inner) -> Self {
         inner.map(T::wrap)
+    }
+
+    fn outputs(&self, f: &mut dyn FnMut(&dyn Any)) {
+        if let Some(t) = self {
+            t.outputs(f)
+        }
     }
 }
 
@@ -301,6 +402,10 @@ impl<T: Wrap> Wrap for Vec<T> {
     fn wrap(inner: Self::Inner) -> Self {
         inner.into_iter().map(T::wrap).collect()
     }
+
+    fn outputs(&self, f: &mut dyn FnMut(&dyn Any)) {
+        self.iter().for_each(|t| t.outputs(f))
+    }
 }
 
 impl<T1: Wrap, T2: Wrap> Wrap for (T1, T2) {
@@ -308,6 +413,11 @@ impl<T1: Wrap, T2: Wrap> Wrap for (T1, T2) {
 
     fn wrap((a, b): Self::Inner) -> Self {
         (T1::wrap(a), T2::wrap(b))
+    }
+
+    fn outputs(&self, f: &mut dyn FnMut(&dyn Any)) {
+        self.0.outputs(f);
+        self.1.outputs(f);
     }
 }
 
@@ -341,6 +451,10 @@ macro_rules! wrap_struct {
             fn wrap(inner: Self::Inner) -> Self {
                 $name { $($field: Wrap::wrap(inner.$field)),* }
             }
+
+            fn outputs(&self, f: &mut dyn FnMut(&dyn Any)) {
+                $( self.$field.outputs(f); )*
+            }
         }
     )*};
 }
@@ -368,6 +482,7 @@ macro_rules! record_ops {
             log(stringify!($name), dtypes);
             let out = <$ret as Wrap>::wrap(B::$name($(Inspect::into_inner($arg)),*));
             op_boundary();
+            observe::<B, _>(stringify!($name), None $( .or(Some(Op::$op)) )?, &out);
             out
         }
     )*};

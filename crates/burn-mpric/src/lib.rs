@@ -1,6 +1,8 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
+#[cfg(feature = "audit")]
+pub mod audit;
 mod backend;
 mod device;
 mod handler;
