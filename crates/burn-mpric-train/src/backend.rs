@@ -5,7 +5,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Mutex;
 
 use burn::tensor::backend::Backend;
-use burn_mpric::{MixedPrecision, MpDevice, Policy, PolicyError, ResolvedPolicy, dtype_name};
+use burn_mpric::{
+    MixedPrecision, MpDevice, MpSettings, Policy, PolicyError, ResolvedPolicy, dtype_name,
+};
 
 use crate::error::RecipeError;
 use crate::recipe::{BackendConfig, BackendName};
@@ -150,16 +152,18 @@ static START_LOCK: Mutex<()> = Mutex::new(());
 /// that fails to start is an error naming `backend.name`.
 pub fn mp_device<B: Backend>(
     inner: B::Device,
-    policy: Policy,
+    settings: impl Into<MpSettings>,
     backend: BackendName,
 ) -> Result<MpDevice<B>, RecipeError> {
+    let settings = settings.into();
+    let policy = settings.policy();
     let _guard = START_LOCK
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
     let result = catch_unwind(AssertUnwindSafe(|| {
-        MixedPrecision::<B>::device(inner, policy)
+        MixedPrecision::<B>::device(inner, settings)
     }));
     std::panic::set_hook(hook);
     match result {
@@ -257,7 +261,7 @@ mod tests {
         use crate::recipe::BackendName;
         use burn::backend::NdArray;
 
-        let policy = "mixed_f16".parse().unwrap();
+        let policy: burn_mpric::Policy = "mixed_f16".parse().unwrap();
         let err =
             mp_device::<NdArray>(Default::default(), policy, BackendName::NdArray).unwrap_err();
         assert_eq!(err.field, "policy");

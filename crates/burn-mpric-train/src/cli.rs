@@ -1,4 +1,4 @@
-//! The `mpric` command line: `train`, `check`, `policy`.
+//! The `mpric` command line: `train`, `check`, `policy`, `audit`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use burn_mpric::{MpSettings, Op, Policy, dtype_name};
 use clap::{Args, Parser, Subcommand};
 
+use crate::audit::{audit_recipe, table};
 use crate::backend::{ResolvePolicy, dispatch};
 use crate::error::Error;
 use crate::plan::Plan;
@@ -31,6 +32,26 @@ pub(crate) enum Command {
     Check(CheckArgs),
     /// Explain a policy: the dtypes it resolves to on a backend and the category of each op.
     Policy(PolicyArgs),
+    /// Measure a recipe's first steps op by op and say whether f16 or bf16 suits it: which
+    /// op to keep at full precision, which initial loss scale; writes audit.json and
+    /// audit_gradients.svg to the recipe's output folder.
+    Audit(AuditArgs),
+}
+
+/// `mpric audit`.
+#[derive(Debug, Args)]
+pub(crate) struct AuditArgs {
+    /// The recipe file.
+    pub(crate) recipe: PathBuf,
+    /// Training steps to measure.
+    #[arg(long, default_value_t = crate::audit::DEFAULT_AUDIT_STEPS)]
+    pub(crate) steps: usize,
+    /// Override a recipe field, as for `train`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub(crate) set: Vec<String>,
+    /// Print the audit as JSON (what audit.json holds) instead of the table.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// `mpric train`.
@@ -150,6 +171,23 @@ pub(crate) fn run(cli: Cli) -> Result<(), Error> {
             Ok(())
         }
         Command::Policy(args) => explain_policy(&args),
+        Command::Audit(args) => {
+            let plan = Plan::load(&args.recipe, &args.set)?;
+            let (found, files) = audit_recipe(&plan, args.steps)?;
+            if args.json {
+                let json = serde_json::to_string_pretty(&found)
+                    .map_err(|e| Error::Internal(format!("the audit is not serializable: {e}")))?;
+                emit(&format!("{json}\n"));
+            } else {
+                emit(&format!(
+                    "{}\nwritten: {}, {}\n",
+                    table(&found),
+                    files.json.display(),
+                    files.svg.display()
+                ));
+            }
+            Ok(())
+        }
     }
 }
 

@@ -27,6 +27,7 @@
 #![warn(missing_docs)]
 
 mod atomic;
+pub mod audit;
 mod backend;
 pub mod checkpoint;
 pub mod cli;

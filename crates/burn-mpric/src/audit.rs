@@ -17,7 +17,8 @@ use burn_backend::DType;
 use burn_mpric_core::{FloatDType, OpCategory, PolicyDType};
 
 pub use burn_mpric_core::audit::{
-    AuditReport, BF16_MAX, F16_MAX, FLUSH_LIMIT, Magnitudes, OpStats, ParamStats, Phase, Verdict,
+    AuditReport, BF16_MAX, BF16_MIN_NORMAL_EXP, F16_MAX, F16_MIN_NORMAL_EXP, F16_MIN_SUBNORMAL_EXP,
+    FLUSH_LIMIT, Magnitudes, OpStats, ParamStats, Phase, Verdict,
 };
 
 use crate::MpSettings;

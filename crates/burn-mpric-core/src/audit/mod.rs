@@ -182,8 +182,10 @@ impl AuditReport {
     }
 
     /// The gradient values the audited policy computes at its compute dtype (the backward
-    /// outputs of the ops that run low), unscaled: the histogram an f16 run's loss scale
-    /// shifts.
+    /// outputs of the table's ops that run low), unscaled: the histogram an f16 run's loss
+    /// scale shifts. Ops outside the table (casts, reshapes, transposes) are left out: in the
+    /// backward pass they also carry saved activations and weights, which no loss scale
+    /// multiplies, and a gradient they carry was computed by a table op.
     ///
     /// ```
     /// use burn_mpric_core::audit::AuditReport;
@@ -195,10 +197,13 @@ impl AuditReport {
     }
 }
 
-/// The backward outputs of the ops that run low, merged.
+/// The backward outputs of the table's ops that run low, merged.
 fn low_gradients(ops: &[OpStats]) -> Magnitudes {
     let mut all = Magnitudes::default();
-    for row in ops.iter().filter(|r| r.low && r.phase == Phase::Backward) {
+    for row in ops
+        .iter()
+        .filter(|r| r.low && r.phase == Phase::Backward && r.op.is_some())
+    {
         all.merge(&row.values);
     }
     all

@@ -369,6 +369,20 @@ mod tests {
     }
 
     #[test]
+    fn values_moved_by_ops_outside_the_table_do_not_set_the_scale() {
+        // A backward cast of a saved activation (4.0) is no gradient: the scale follows the
+        // matmul's gradient (2^-10) alone.
+        let ops = [
+            row("float_cast", Phase::Backward, true, &[4.0]),
+            row("float_matmul", Phase::Backward, true, &[2f32.powi(-10)]),
+        ];
+        assert!(matches!(
+            verdicts(&ops, &[])[0],
+            Verdict::F16Safe { initial_scale, .. } if initial_scale == 2f32.powi(24)
+        ));
+    }
+
+    #[test]
     fn gradients_above_f16_unscaled_call_for_bf16() {
         let ops = [row("float_matmul", Phase::Backward, true, &[1e5])];
         assert!(matches!(

@@ -39,10 +39,11 @@ pub use dataset::{
 pub use model::{ConvConfig, MlpConfig, ModelConfig, TransformerLmConfig};
 pub use optimizer::{AdamSettings, OptimizerConfig, SgdSettings};
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use burn_mpric::{FloatDType, Policy, PolicyDType};
+use burn_mpric::{FloatDType, MpSettings, Op, OpCategory, Policy, PolicyDType};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -109,6 +110,11 @@ pub struct Recipe {
     /// The precision policy (`f32`, `mixed_bf16`, `p=f32,c=f16,o=f32`, ...).
     #[serde(default)]
     pub policy: Policy,
+    /// Per-op category overrides, as the policy's op table names ops (`mpric policy
+    /// mixed_f16` lists them): `[ops]` with `linear = "full"` keeps every `linear` at f32
+    /// (categories: `compute`, `full`, `promote`). `mpric audit` prints the lines to add.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub ops: BTreeMap<String, String>,
     /// The loss scaling: a preset name or a table.
     #[serde(default)]
     pub loss_scale: LossScaleSpec,
@@ -654,6 +660,7 @@ impl Recipe {
                 "must be a folder path, got \"\"",
             ));
         }
+        self.op_overrides()?;
         self.model.validate()?;
         self.dataset.source()?;
         let text_model = matches!(self.model, ModelConfig::TransformerLm(_));
@@ -722,6 +729,7 @@ impl Recipe {
             max_consecutive_skips: None,
             strategy: None,
             policy: Policy::F32,
+            ops: BTreeMap::new(),
             loss_scale: LossScaleSpec::default(),
             model: ModelConfig::Mlp(MlpConfig { hidden: vec![64] }),
             dataset: DatasetConfig::builtin(DatasetName::Iris),
@@ -769,6 +777,11 @@ impl Recipe {
             recipe.schedule.min_lr = Some(self.schedule.min_lr.unwrap_or(0.0));
         }
         recipe.loss_scale = self.loss_scale.explicit()?;
+        recipe.ops = self
+            .op_overrides()?
+            .into_iter()
+            .map(|(op, category)| (op.name().to_string(), category.to_string()))
+            .collect();
         // `devices = [3]` is `device = 3`; several devices train with `multi_device` unless
         // the recipe says otherwise, and one device has no strategy.
         let devices = self.backend.device_list();
@@ -777,6 +790,56 @@ impl Recipe {
         recipe.strategy =
             (devices.len() > 1).then(|| self.strategy.unwrap_or(Strategy::MultiDevice));
         Ok(recipe)
+    }
+
+    /// The `[ops]` overrides, parsed: each op of the table with its category.
+    ///
+    /// ```
+    /// use burn_mpric_train::Recipe;
+    /// use burn_mpric::{Op, OpCategory};
+    ///
+    /// let mut recipe = Recipe::example();
+    /// recipe.ops.insert("float_matmul".into(), "full".into());
+    /// assert_eq!(recipe.op_overrides().unwrap(), [(Op::Matmul, OpCategory::FullPrecision)]);
+    /// recipe.ops.insert("matmool".into(), "full".into());
+    /// assert!(recipe.op_overrides().unwrap_err().to_string().starts_with("ops.matmool: unknown op `matmool`"));
+    /// ```
+    pub fn op_overrides(&self) -> Result<Vec<(Op, OpCategory)>, RecipeError> {
+        self.ops
+            .iter()
+            .map(|(op, category)| {
+                let field = format!("ops.{op}");
+                let op: Op = op.parse().map_err(|e: burn_mpric::UnknownName| {
+                    RecipeError::new(&field, e.to_string())
+                })?;
+                let category: OpCategory =
+                    category.parse().map_err(|e: burn_mpric::UnknownName| {
+                        RecipeError::new(&field, e.to_string())
+                    })?;
+                Ok((op, category))
+            })
+            .collect()
+    }
+
+    /// The mixed-precision settings the recipe trains with: its policy and `[ops]` overrides.
+    ///
+    /// ```
+    /// use burn_mpric_train::Recipe;
+    /// use burn_mpric::{Op, OpCategory};
+    ///
+    /// let mut recipe = Recipe::example();
+    /// recipe.ops.insert("linear".into(), "full".into());
+    /// let settings = recipe.settings().unwrap();
+    /// assert_eq!(settings.policy(), recipe.policy);
+    /// assert_eq!(settings.category(Op::Linear), OpCategory::FullPrecision);
+    /// ```
+    pub fn settings(&self) -> Result<MpSettings, RecipeError> {
+        Ok(self
+            .op_overrides()?
+            .into_iter()
+            .fold(MpSettings::new(self.policy), |s, (op, category)| {
+                s.with_category(op, category)
+            }))
     }
 
     /// The number of steps of the run, given the steps per epoch of its data.

@@ -29,9 +29,14 @@ impl BackendTask for Run<'_> {
     }
 
     fn run_on<B: Backend>(self, devices: Vec<B::Device>, backend: BackendName) -> Self::Output {
+        let settings = self
+            .plan
+            .recipe
+            .settings()
+            .map_err(|e| e.in_file(&self.plan.label))?;
         let replicas = devices
             .into_iter()
-            .map(|d| mp_device::<B>(d, self.plan.recipe.policy, backend))
+            .map(|d| mp_device::<B>(d, settings.clone(), backend))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| e.in_file(&self.plan.label))?;
         if replicas.len() > 1 && self.plan.recipe.strategy == Some(Strategy::Ddp) {
