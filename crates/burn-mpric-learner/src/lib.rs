@@ -11,13 +11,15 @@
 //!
 //! The scaler lives in a [`ScalerHandle`] shared by the model's clones. Each step's outcome
 //! travels with that step's output item ([`ScaledItem`], holding a [`ScaleRecord`]), and
-//! [`LossScaleMetric`] and [`SkippedStepsMetric`] read only that record, so the per-step
-//! logs describe their own step even when burn-train's metric processor runs behind the
+//! [`LossScaleMetric`], [`SkippedStepsMetric`] and [`OverflowedParamsMetric`] read only that
+//! record, so the per-step logs describe their own step even when burn-train's metric processor runs behind the
 //! training loop:
 //!
 //! - `Loss Scale` logs the scale the step's loss was multiplied by (the scale *used*, as
 //!   PyTorch's `scaler.get_scale()` reads before `scaler.update()`);
-//! - `Skipped Steps` logs the number of skipped steps so far, the logged step included.
+//! - `Skipped Steps` logs the number of skipped steps so far, the logged step included;
+//! - `Overflowed Parameters` (registered with `metric_train`) logs, for a skipped step, the
+//!   parameters whose gradients held inf or NaN by module path, and `-` for an applied one.
 //!
 //! **Checkpoints carry the scaler.** A [`Scaled`] model's record holds the wrapped model's
 //! record and the loss scaler's state (scale, growth and hysteresis counters, step counters,
@@ -54,7 +56,7 @@ mod record;
 mod step;
 
 pub use handle::ScalerHandle;
-pub use metrics::{LossScaleMetric, SkippedStepsMetric};
+pub use metrics::{LossScaleMetric, OverflowedParamsMetric, SkippedStepsMetric};
 pub use record::{ScaleRecord, ScaledItem, ScaledOutput};
 pub use step::{LossStep, Scaled};
 

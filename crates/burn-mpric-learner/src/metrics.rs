@@ -106,3 +106,70 @@ record_metric!(
     0,
     |record| record.skipped_total() as f64
 );
+
+/// The parameters whose gradients held inf or NaN in the logged step, by their module path
+/// in the model (`model.l2.weight`): the names a skipped step's outcome carries, `-` for an
+/// applied step. Register it with `metric_train`; its log holds one line per step, the names
+/// separated by `;`.
+///
+/// ```
+/// use burn::train::metric::{Metric, MetricMetadata};
+/// use burn_mpric_learner::{OverflowedParamsMetric, ScaleRecord};
+///
+/// let mut metric = OverflowedParamsMetric::new();
+/// assert_eq!(metric.name().as_str(), "Overflowed Parameters");
+/// let undecided = ScaleRecord::undecided(1024.0, 0);
+/// let entry = metric.update(&undecided, &MetricMetadata::fake());
+/// assert_eq!(entry.serialized, "-");
+/// ```
+#[derive(Clone)]
+pub struct OverflowedParamsMetric {
+    name: MetricName,
+}
+
+impl OverflowedParamsMetric {
+    /// The metric; register it with `metric_train`.
+    pub fn new() -> Self {
+        Self {
+            name: Arc::new("Overflowed Parameters".to_string()),
+        }
+    }
+}
+
+impl Default for OverflowedParamsMetric {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metric for OverflowedParamsMetric {
+    type Input = ScaleRecord;
+
+    fn update(&mut self, record: &ScaleRecord, _: &MetricMetadata) -> SerializedEntry {
+        match record.outcome.as_ref().and_then(|o| o.overflow.as_ref()) {
+            Some(overflow) => SerializedEntry::new(
+                format!(
+                    "{}: {}",
+                    self.name,
+                    overflow.summary(burn_mpric::scale::OVERFLOW_NAMES_SHOWN)
+                ),
+                if overflow.params.is_empty() {
+                    "(global norm)".to_string()
+                } else {
+                    overflow.params.join(";")
+                },
+            ),
+            None => SerializedEntry::new(format!("{}: none", self.name), "-".to_string()),
+        }
+    }
+
+    fn clear(&mut self) {}
+
+    fn name(&self) -> MetricName {
+        self.name.clone()
+    }
+
+    fn attributes(&self) -> MetricAttributes {
+        MetricAttributes::None
+    }
+}

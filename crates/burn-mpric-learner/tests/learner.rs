@@ -407,3 +407,49 @@ fn a_run_resumed_from_a_checkpoint_goes_on_with_the_scale_and_skips_it_had() {
     // uninterrupted run's.
     assert_eq!(resumed.model.param_data(), whole.model.param_data());
 }
+
+#[test]
+fn the_overflowed_parameters_metric_names_them_on_skipped_steps_only() {
+    const EPOCHS: usize = 2;
+    let run = train(
+        Run {
+            name: "overflow-metric",
+            data: samples(true),
+            epochs: EPOCHS,
+            initial_scale: 1024.0,
+            multi: None,
+            accumulation: None,
+            checkpoints: Checkpoints::Off,
+        },
+        Some(burn_mpric_learner::OverflowedParamsMetric::new()),
+    );
+    let params = [
+        "model.l1.weight",
+        "model.l1.bias",
+        "model.l2.weight",
+        "model.l2.bias",
+    ];
+    let skips = all_logs(&run, EPOCHS, "Skipped_Steps");
+    let mut named = 0;
+    for epoch in 1..=EPOCHS {
+        let file = run
+            .dir
+            .join(format!("train/epoch-{epoch}/Overflowed_Parameters.log"));
+        let lines = std::fs::read_to_string(&file).unwrap();
+        let offset = (epoch - 1) * (SAMPLES / BATCH);
+        for (i, line) in lines.lines().enumerate() {
+            let step = offset + i;
+            let skipped = skips[step] > if step == 0 { 0.0 } else { skips[step - 1] };
+            if skipped {
+                // The poisoned batch: its NaN reaches parameters of the model, named in
+                // module order.
+                let names: Vec<&str> = line.split(';').collect();
+                assert!(names.iter().all(|n| params.contains(n)), "{line}");
+                named += 1;
+            } else {
+                assert_eq!(line, "-", "step {step} was applied");
+            }
+        }
+    }
+    assert_eq!(named, EPOCHS, "one poisoned batch per epoch");
+}

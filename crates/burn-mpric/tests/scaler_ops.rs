@@ -70,3 +70,31 @@ fn the_check_of_four_gradients_costs_one_multiply_one_reduction_and_one_read_per
         assert!(buffers < 4);
     }
 }
+
+#[test]
+fn naming_the_overflowed_parameters_costs_one_more_read_on_skipped_steps_only() {
+    let device = Mp::device(Default::default(), "mixed_f16".parse::<Policy>().unwrap()).unwrap();
+    let model = same_init::<Ad>(&device);
+    let step_ops = |scale: f32| {
+        let (x, y) = problem::<Ad>(&device);
+        let mut scaler = LossScaler::fixed(scale).unwrap();
+        let loss = scaler.scale_loss(mse(&model, x, y));
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        let mut optim = burn::optim::SgdConfig::new().init();
+        let ((_, outcome), ops) =
+            record(|| scaler.step_with_loss(&mut optim, 0.01, model.clone(), grads, loss));
+        (outcome.unwrap(), ops)
+    };
+    // 1024 trains this first step at f16; 2^30 overflows it.
+    let (applied, ops) = step_ops(1024.0);
+    assert!(applied.is_applied() && applied.overflow.is_none());
+    assert_eq!(count(&ops, "tr_execute"), 1, "one read: {ops:?}");
+    let (skipped, ops) = step_ops(2f32.powi(30));
+    assert!(skipped.is_skipped());
+    assert!(!skipped.overflow.unwrap().params.is_empty());
+    assert_eq!(
+        count(&ops, "tr_execute"),
+        2,
+        "the check's read and the names' read"
+    );
+}
