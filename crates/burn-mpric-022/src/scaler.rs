@@ -290,11 +290,18 @@ impl LossScaler {
             loss,
             grad_norm,
         } = check_grads(module, grads, self.scale(), self.clip(), loss)?;
+        // Only a skipped step pays for the names: one more read.
+        let overflow = if finite {
+            None
+        } else {
+            Some(crate::overflow::find_overflow(module, &grads)?)
+        };
         Ok(CheckedGrads {
             grads,
             finite,
             scaled_loss: loss,
             grad_norm,
+            overflow,
         })
     }
 
@@ -319,8 +326,13 @@ impl LossScaler {
     /// assert_eq!(outcome.scale_used, 8.0);
     /// ```
     pub fn finish(&mut self, checked: &CheckedGrads) -> StepOutcome {
-        self.state
-            .finish(checked.finite, checked.scaled_loss, checked.grad_norm)
+        let outcome = self
+            .state
+            .finish(checked.finite, checked.scaled_loss, checked.grad_norm);
+        match &checked.overflow {
+            Some(overflow) => outcome.with_overflow(overflow.clone()),
+            None => outcome,
+        }
     }
 
     /// One optimizer step with loss scaling; see [`LossScaler`]. On a skipped step `module`
@@ -540,6 +552,9 @@ pub struct CheckedGrads {
     /// The global L2 norm before clipping, as the core judged it, when clipping is on and the
     /// module had gradients.
     pub grad_norm: Option<f32>,
+    /// On a step judged non-finite, the parameters whose gradients held inf or NaN (found by
+    /// one more read); `None` on a finite step.
+    pub overflow: Option<burn_mpric_core::scale::Overflow>,
 }
 
 /// Unscales and checks `grads` for `module` with one host read; see [`LossScaler`].

@@ -327,3 +327,67 @@ fn scaler_state_round_trips_through_a_file() {
     assert!(LossScaler::load_file(&path).is_err());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A hidden layer and a head whose input carries a constant `offset`: the offset enlarges the
+/// head's weight gradient (input × output gradient) and nothing else, so at f16 with a large
+/// scale only `head.weight` overflows.
+#[derive(Module, Debug)]
+struct Planted {
+    hidden: burn::nn::Linear,
+    head: burn::nn::Linear,
+}
+
+impl Planted {
+    fn new(device: &Device) -> Self {
+        Self {
+            hidden: burn::nn::LinearConfig::new(4, 8).init(device),
+            head: burn::nn::LinearConfig::new(8, 2).init(device),
+        }
+    }
+
+    fn loss(&self, x: Tensor<2>, offset: f32, policy: &ResolvedPolicy) -> Tensor<1> {
+        let x = burn_mpric_022::cast_for_compute(x, policy);
+        let h = burn::tensor::activation::relu(self.hidden.forward(x));
+        self.head.forward(h.add_scalar(offset)).mean()
+    }
+}
+
+#[test]
+fn a_skipped_step_names_exactly_the_planted_layer() {
+    let device = flex();
+    let policy: ResolvedPolicy = "mixed_f16".parse().unwrap();
+    let model = autocast(Planted::new(&device), policy).unwrap();
+    let x = matrix(21, 3, 4, &device);
+    let mut optim = SgdConfig::new().init();
+    let scaler =
+        || LossScaler::dynamic(LossScaleConfig::new().with_initial_scale(32768.0)).unwrap();
+
+    // The head's input is about 3000: its weight gradient exceeds f16's 65504 at 2^15.
+    let mut stepper = scaler();
+    let scaled = stepper.scale_loss(model.loss(x.clone(), 3000.0, &policy));
+    let grads = GradientsParams::from_grads(scaled.backward(), &model);
+    let (model, outcome) = stepper.step(&mut optim, 0.1, model, grads);
+    let outcome = outcome.unwrap();
+    assert!(outcome.is_skipped());
+    assert_eq!(outcome.overflow.unwrap().params, vec!["head.weight"]);
+
+    // check + finish report the same names.
+    let checker = scaler();
+    let scaled = checker.scale_loss(model.loss(x.clone(), 3000.0, &policy));
+    let grads = GradientsParams::from_grads(scaled.backward(), &model);
+    let checked = checker.check(&model, grads, Some(scaled)).unwrap();
+    assert!(!checked.finite);
+    assert_eq!(
+        checked.overflow.as_ref().unwrap().params,
+        vec!["head.weight"]
+    );
+    assert_eq!(scaler().finish(&checked).overflow, checked.overflow);
+
+    // Without the offset the model trains at the backed-off scale: nothing is named.
+    let scaled = stepper.scale_loss(model.loss(x, 0.0, &policy));
+    let grads = GradientsParams::from_grads(scaled.backward(), &model);
+    let (_, outcome) = stepper.step(&mut optim, 0.1, model, grads);
+    let outcome = outcome.unwrap();
+    assert!(outcome.is_applied(), "{outcome:?}");
+    assert_eq!(outcome.overflow, None);
+}

@@ -114,12 +114,14 @@ record_metric!(
 ///
 /// ```
 /// use burn::train::metric::{Metric, MetricMetadata};
+/// use burn::data::dataloader::Progress;
 /// use burn_mpric_learner::{OverflowedParamsMetric, ScaleRecord};
 ///
 /// let mut metric = OverflowedParamsMetric::new();
 /// assert_eq!(metric.name().as_str(), "Overflowed Parameters");
-/// let undecided = ScaleRecord::undecided(1024.0, 0);
-/// let entry = metric.update(&undecided, &MetricMetadata::fake());
+/// let progress = Progress { items_processed: 1, items_total: 1 };
+/// let meta = MetricMetadata { progress: progress.clone(), global_progress: progress, iteration: None, lr: None };
+/// let entry = metric.update(&ScaleRecord::undecided(1024.0, 0), &meta);
 /// assert_eq!(entry.serialized, "-");
 /// ```
 #[derive(Clone)]
