@@ -199,7 +199,7 @@ impl Plan {
             ),
             format!("dataset:    {}", self.data.describe()),
             format!(
-                "backend:    {} {}{}, policy {policy}",
+                "backend:    {} {}{}, policy {policy}{}",
                 r.backend.name,
                 r.backend.describe_devices(),
                 if r.backend.device_list().len() > 1 {
@@ -209,6 +209,13 @@ impl Plan {
                     )
                 } else {
                     String::new()
+                },
+                if r.ops.is_empty() {
+                    String::new()
+                } else {
+                    let ops: Vec<String> =
+                        r.ops.iter().map(|(op, c)| format!("{op} {c}")).collect();
+                    format!(" (ops: {})", ops.join(", "))
                 }
             ),
             format!(

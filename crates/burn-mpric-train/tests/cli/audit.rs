@@ -187,7 +187,8 @@ fn op_overrides_in_the_recipe_reach_the_ops() {
             "steps=3",
         ],
     );
-    run_ok(&dir, &["check", "r.toml"]);
+    let check = run_ok(&dir, &["check", "r.toml"]);
+    assert!(check.contains("(ops: linear full)"), "{check}");
 }
 
 #[test]
