@@ -1,0 +1,304 @@
+//! [`Coordinator`]: waits for every rank, then sums one buffer per step in rank order and
+//! sends the sum to all; stops the run, naming the rank, when one is lost.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::mpsc::{self, RecvTimeoutError, SyncSender};
+use std::time::{Duration, Instant};
+
+use crate::error::{ClusterError, seconds};
+use crate::frame::{Control, Frame, FrameError, read_frame, write_control, write_values};
+use crate::spec::RunSpec;
+
+/// A joined rank: its connection.
+struct Joined {
+    rank: usize,
+    stream: TcpStream,
+}
+
+/// The coordinator of a run: rank 0's process starts it on a thread, or it runs on its own.
+///
+/// It listens on the address it is given (callers default to loopback); every connection
+/// must say who it is within the handshake timeout and agree with the run's [`RunSpec`], or
+/// it is turned away; bytes of another protocol only close that connection. Once every rank
+/// has joined, each step it reads one values frame from every rank (in rank order, each
+/// within the step timeout), sums them in rank order (so every run sums in the same order)
+/// and sends the sum to every rank. When a rank is lost it sends the others
+/// [`Control::Abort`] naming it and returns [`ClusterError::RankLost`].
+///
+/// ```
+/// use std::thread;
+/// use burn_mpric_cluster::{Coordinator, RunSpec, Worker};
+///
+/// let spec = RunSpec::new(2, vec![("seed".into(), "0".into())]);
+/// let coordinator = Coordinator::bind("127.0.0.1:0", spec.clone())?;
+/// let addr = coordinator.local_addr().to_string();
+/// let serving = thread::spawn(move || coordinator.run());
+/// let ranks: Vec<_> = (0..2)
+///     .map(|rank| {
+///         let (addr, spec) = (addr.clone(), spec.clone());
+///         thread::spawn(move || {
+///             let mut worker = Worker::join(&addr, rank, &spec)?;
+///             let sum = worker.all_reduce(1, &[rank as f32, 1.0])?;
+///             worker.finish()?;
+///             Ok::<_, burn_mpric_cluster::ClusterError>(sum)
+///         })
+///     })
+///     .collect();
+/// for rank in ranks {
+///     assert_eq!(rank.join().unwrap()?, vec![1.0, 2.0]);
+/// }
+/// assert_eq!(serving.join().unwrap()?, 1, "one step");
+/// # Ok::<(), burn_mpric_cluster::ClusterError>(())
+/// ```
+pub struct Coordinator {
+    listener: TcpListener,
+    spec: RunSpec,
+}
+
+impl Coordinator {
+    /// Listens on `addr` (`127.0.0.1:0` picks a free loopback port).
+    ///
+    /// ```
+    /// use burn_mpric_cluster::{ClusterError, Coordinator, RunSpec};
+    ///
+    /// let err = Coordinator::bind("127.0.0.1:0", RunSpec::new(0, vec![])).err().unwrap();
+    /// assert!(err.to_string().contains("at least one rank"));
+    /// assert!(matches!(Coordinator::bind("nowhere:1", RunSpec::new(1, vec![])), Err(ClusterError::Bind { .. })));
+    /// ```
+    pub fn bind(addr: &str, spec: RunSpec) -> Result<Self, ClusterError> {
+        if spec.world == 0 {
+            return Err(ClusterError::Config(
+                "a run needs at least one rank, got a world of 0".into(),
+            ));
+        }
+        let listener = TcpListener::bind(addr).map_err(|source| ClusterError::Bind {
+            addr: addr.to_string(),
+            source,
+        })?;
+        Ok(Self { listener, spec })
+    }
+
+    /// The address it listens on.
+    ///
+    /// ```
+    /// use burn_mpric_cluster::{Coordinator, RunSpec};
+    ///
+    /// let c = Coordinator::bind("127.0.0.1:0", RunSpec::new(1, vec![])).unwrap();
+    /// assert!(c.local_addr().ip().is_loopback());
+    /// ```
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
+    }
+
+    /// Runs the run: returns the number of steps once every rank has finished, or the error
+    /// that stopped it. See [`Coordinator`].
+    pub fn run(self) -> Result<u64, ClusterError> {
+        let spec = Arc::new(self.spec);
+        let (joins, joined) = mpsc::sync_channel::<Joined>(spec.world);
+        accept_in_background(self.listener, spec.clone(), joins);
+        let mut ranks = gather(&spec, &joined)?;
+        // From here on, a connection that says hello is told the run has started.
+        drop(joined);
+        for rank in 0..ranks.len() {
+            if let Err(e) = write_control(&mut ranks[rank].stream, &Control::Welcome) {
+                return Err(abort(&mut ranks, rank, e.to_string()));
+            }
+        }
+        step_loop(&spec, &mut ranks)
+    }
+}
+
+/// Accepts connections for as long as the process lives; each says hello on its own thread,
+/// so a silent or slow connection holds up nobody.
+fn accept_in_background(listener: TcpListener, spec: Arc<RunSpec>, joins: SyncSender<Joined>) {
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            let (spec, joins) = (spec.clone(), joins.clone());
+            std::thread::spawn(move || handshake(stream, &spec, &joins));
+        }
+    });
+}
+
+fn refuse(mut stream: TcpStream, reason: String) {
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+    let _ = write_control(&mut stream, &Control::Refused { reason });
+}
+
+fn handshake(mut stream: TcpStream, spec: &RunSpec, joins: &SyncSender<Joined>) {
+    let peer = stream
+        .peer_addr()
+        .map_or_else(|_| "?".to_string(), |a| a.to_string());
+    if stream
+        .set_read_timeout(Some(spec.timeouts.handshake))
+        .is_err()
+    {
+        return;
+    }
+    let hello = match read_frame(&mut stream, 0) {
+        Ok(Frame::Control(Control::Hello {
+            rank,
+            world,
+            identity,
+        })) => (rank, world, identity),
+        Ok(_) => return refuse(stream, "the first message must be a hello".into()),
+        Err(FrameError::Garbage(what)) => {
+            eprintln!("mpric cluster: closed a connection from {peer} that {what}");
+            return;
+        }
+        Err(_) => return,
+    };
+    let (rank, world, identity) = hello;
+    if world != spec.world {
+        return refuse(
+            stream,
+            format!(
+                "the run has {} ranks, this process expects {world}",
+                spec.world
+            ),
+        );
+    }
+    if rank >= spec.world {
+        return refuse(stream, format!("rank {rank} is outside 0..{}", spec.world));
+    }
+    if let Some(difference) = spec.difference(&identity) {
+        eprintln!("mpric cluster: refused rank {rank} from {peer}: {difference}");
+        return refuse(stream, format!("the recipe differs: {difference}"));
+    }
+    let _ = stream.set_read_timeout(None);
+    let Ok(duplicate) = stream.try_clone() else {
+        return;
+    };
+    if joins.send(Joined { rank, stream }).is_err() {
+        refuse(
+            duplicate,
+            "the run has started; a rank cannot join it now".into(),
+        );
+    }
+}
+
+/// Waits until every rank has joined, within the join timeout.
+fn gather(spec: &RunSpec, joined: &mpsc::Receiver<Joined>) -> Result<Vec<Joined>, ClusterError> {
+    let deadline = Instant::now() + spec.timeouts.join;
+    let mut slots: Vec<Option<Joined>> = (0..spec.world).map(|_| None).collect();
+    while slots.iter().any(Option::is_none) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match joined.recv_timeout(left) {
+            Ok(join) => {
+                if slots[join.rank].is_some() {
+                    let rank = join.rank;
+                    refuse(join.stream, format!("rank {rank} has already joined"));
+                } else {
+                    let rank = join.rank;
+                    slots[rank] = Some(join);
+                }
+            }
+            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
+                let missing: Vec<usize> = (0..spec.world).filter(|r| slots[*r].is_none()).collect();
+                let reason = format!("did not join within {}", seconds(spec.timeouts.join));
+                for join in slots.iter_mut().flatten() {
+                    let _ = join.stream.set_write_timeout(Some(Duration::from_secs(1)));
+                    let _ = write_control(
+                        &mut join.stream,
+                        &Control::Abort {
+                            rank: missing[0],
+                            reason: reason.clone(),
+                        },
+                    );
+                }
+                return Err(ClusterError::JoinTimeout {
+                    missing,
+                    timeout: spec.timeouts.join,
+                });
+            }
+        }
+    }
+    Ok(slots.into_iter().flatten().collect())
+}
+
+/// Tells every rank but `lost` that `lost` is gone; the error to return.
+fn abort(ranks: &mut [Joined], lost: usize, reason: String) -> ClusterError {
+    for join in ranks.iter_mut().filter(|j| j.rank != lost) {
+        let _ = join.stream.set_write_timeout(Some(Duration::from_secs(1)));
+        let _ = write_control(
+            &mut join.stream,
+            &Control::Abort {
+                rank: lost,
+                reason: reason.clone(),
+            },
+        );
+    }
+    ClusterError::RankLost { rank: lost, reason }
+}
+
+fn step_loop(spec: &RunSpec, ranks: &mut [Joined]) -> Result<u64, ClusterError> {
+    let mut steps = 0;
+    loop {
+        let mut sum: Option<(u64, Vec<f32>)> = None;
+        let mut done = Vec::new();
+        for i in 0..ranks.len() {
+            let rank = ranks[i].rank;
+            let read = ranks[i]
+                .stream
+                .set_read_timeout(Some(spec.timeouts.step))
+                .map_err(FrameError::Io)
+                .and_then(|()| read_frame(&mut ranks[i].stream, spec.max_values));
+            match read {
+                Ok(Frame::Values { step, values }) => match &mut sum {
+                    None => sum = Some((step, values)),
+                    Some((at, total)) if *at == step && total.len() == values.len() => {
+                        total.iter_mut().zip(&values).for_each(|(t, v)| *t += v);
+                    }
+                    Some((at, total)) => {
+                        let reason = format!(
+                            "sent step {step} with {} values where rank 0 sent step {at} with {}",
+                            values.len(),
+                            total.len()
+                        );
+                        return Err(abort(ranks, rank, reason));
+                    }
+                },
+                Ok(Frame::Control(Control::Done)) => done.push(rank),
+                Ok(Frame::Control(other)) => {
+                    return Err(abort(ranks, rank, format!("sent {other:?} during the run")));
+                }
+                Err(e) => {
+                    let reason = if e.is_timeout() {
+                        format!("sent nothing for {}", seconds(spec.timeouts.step))
+                    } else {
+                        e.to_string()
+                    };
+                    return Err(abort(ranks, rank, reason));
+                }
+            }
+        }
+        if done.len() == ranks.len() {
+            for join in ranks.iter_mut() {
+                let _ = write_control(&mut join.stream, &Control::Done);
+            }
+            return Ok(steps);
+        }
+        if let Some(&rank) = done.first() {
+            return Err(abort(
+                ranks,
+                rank,
+                "finished while other ranks went on (the ranks disagree on the run's length)"
+                    .into(),
+            ));
+        }
+        let Some((step, total)) = sum else {
+            continue;
+        };
+        for i in 0..ranks.len() {
+            let _ = ranks[i].stream.set_write_timeout(Some(spec.timeouts.step));
+            if let Err(e) = write_values(&mut ranks[i].stream, step, &total) {
+                let rank = ranks[i].rank;
+                return Err(abort(ranks, rank, e.to_string()));
+            }
+        }
+        steps += 1;
+    }
+}
