@@ -32,6 +32,14 @@ pub enum Dataset {
     Images(Images),
 }
 
+/// A dataset seen by what it is made of.
+enum Examples<'a> {
+    /// Rows of features and targets (tabular data, images).
+    Table(&'a Tabular),
+    /// Characters.
+    Text(&'a Text),
+}
+
 /// The sizes a model needs from its data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Dims {
@@ -93,19 +101,27 @@ impl Dataset {
         }
     }
 
+    /// What the data is made of: a table of examples (tabular data and images) or a text.
+    fn examples(&self) -> Examples<'_> {
+        match self {
+            Dataset::Tabular(t) => Examples::Table(t),
+            Dataset::Images(i) => Examples::Table(&i.table),
+            Dataset::Text(t) => Examples::Text(t),
+        }
+    }
+
     /// The examples as a table, for data made of features (tabular and images).
     fn tabular(&self) -> Option<&Tabular> {
-        match self {
-            Dataset::Tabular(t) => Some(t),
-            Dataset::Images(i) => Some(&i.table),
-            Dataset::Text(_) => None,
+        match self.examples() {
+            Examples::Table(t) => Some(t),
+            Examples::Text(_) => None,
         }
     }
 
     /// Input and output sizes for the model.
     pub fn dims(&self) -> Dims {
-        match (self.tabular(), self) {
-            (Some(t), _) => Dims {
+        match self.examples() {
+            Examples::Table(t) => Dims {
                 inputs: t.features,
                 outputs: t.outputs(),
                 image: match self {
@@ -113,32 +129,29 @@ impl Dataset {
                     _ => None,
                 },
             },
-            (None, Dataset::Text(t)) => Dims {
+            Examples::Text(t) => Dims {
                 inputs: t.vocab_size(),
                 outputs: t.vocab_size(),
                 image: None,
             },
-            (None, _) => unreachable!("every dataset but text is tabular"),
         }
     }
 
     #[cfg(test)]
     /// Training examples (tabular) or characters (text).
     pub fn train_len(&self) -> usize {
-        match (self.tabular(), self) {
-            (Some(t), _) => t.train_len(),
-            (None, Dataset::Text(t)) => t.train_len(),
-            (None, _) => 0,
+        match self.examples() {
+            Examples::Table(t) => t.train_len(),
+            Examples::Text(t) => t.train_len(),
         }
     }
 
     #[cfg(test)]
     /// Evaluation examples (tabular) or characters (text).
     pub fn eval_len(&self) -> usize {
-        match (self.tabular(), self) {
-            (Some(t), _) => t.eval_len(),
-            (None, Dataset::Text(t)) => t.eval_len(),
-            (None, _) => 0,
+        match self.examples() {
+            Examples::Table(t) => t.eval_len(),
+            Examples::Text(t) => t.eval_len(),
         }
     }
 
@@ -151,10 +164,9 @@ impl Dataset {
     /// batches of windows that cover the training characters once on average (text).
     pub fn steps_per_epoch(&self, batch_size: usize) -> u64 {
         let batch_size = batch_size.max(1);
-        let steps = match (self.tabular(), self) {
-            (Some(t), _) => t.train_len() / batch_size,
-            (None, Dataset::Text(t)) => t.train_len() / (batch_size * t.context()),
-            (None, _) => 1,
+        let steps = match self.examples() {
+            Examples::Table(t) => t.train_len() / batch_size,
+            Examples::Text(t) => t.train_len() / (batch_size * t.context()),
         };
         steps.max(1) as u64
     }
@@ -186,10 +198,9 @@ impl Dataset {
 
     /// Evaluation items in batches of at most `batch_size`.
     pub fn eval_batches(&self, batch_size: usize) -> Vec<Vec<usize>> {
-        let items: Vec<usize> = match (self.tabular(), self) {
-            (Some(t), _) => (0..t.eval_len()).collect(),
-            (None, Dataset::Text(t)) => t.eval_offsets(),
-            (None, _) => Vec::new(),
+        let items: Vec<usize> = match self.examples() {
+            Examples::Table(t) => (0..t.eval_len()).collect(),
+            Examples::Text(t) => t.eval_offsets(),
         };
         items
             .chunks(batch_size.max(1))
@@ -200,8 +211,8 @@ impl Dataset {
     /// The tensors of some training (`eval == false`) or evaluation items.
     pub fn batch<B: Backend>(&self, eval: bool, items: &[usize], device: &B::Device) -> Batch<B> {
         let n = items.len();
-        match (self.tabular(), self) {
-            (Some(t), _) => {
+        match self.examples() {
+            Examples::Table(t) => {
                 let (x, y) = t.rows(eval, items);
                 let inputs = Inputs::Features(Tensor::from_data(
                     TensorData::new(x, [n, t.features]),
@@ -222,7 +233,7 @@ impl Dataset {
                     len: n,
                 }
             }
-            (None, Dataset::Text(t)) => {
+            Examples::Text(t) => {
                 let (x, y) = t.windows(eval, items);
                 let shape = [n, t.context()];
                 Batch {
@@ -231,7 +242,6 @@ impl Dataset {
                     len: n * t.context(),
                 }
             }
-            (None, _) => unreachable!("every dataset but text is tabular"),
         }
     }
 
