@@ -111,7 +111,8 @@ fn a_rank_that_closes_its_connection_mid_run_ends_the_others_at_once() {
 
 #[test]
 fn a_silent_rank_is_given_up_after_the_step_timeout() {
-    let step = Duration::from_millis(400);
+    // Long enough that rank 0's first send is never late on a loaded machine.
+    let step = Duration::from_secs(1);
     let spec = spec(2, step);
     let (addr, coordinator) = start(&spec);
     let silent = {
@@ -128,7 +129,7 @@ fn a_silent_rank_is_given_up_after_the_step_timeout() {
     let err = worker.all_reduce(1, &[1.0]).unwrap_err();
     let waited = t0.elapsed();
     assert!(
-        matches!(&err, ClusterError::Aborted { rank: 1, reason } if reason == "sent nothing for 0.4 s"),
+        matches!(&err, ClusterError::Aborted { rank: 1, reason } if reason == "sent nothing for 1 s"),
         "{err}"
     );
     assert!(
