@@ -87,29 +87,35 @@ impl FrameError {
 /// Writes a control message.
 pub(crate) fn write_control(out: &mut impl Write, message: &Control) -> io::Result<()> {
     let payload = serde_json::to_vec(message).map_err(io::Error::other)?;
-    write_frame(out, CONTROL, &payload)
+    let mut frame = header(CONTROL, payload.len())?;
+    frame.extend_from_slice(&payload);
+    send(out, &frame)
 }
 
 /// Writes a step's values.
 pub(crate) fn write_values(out: &mut impl Write, step: u64, values: &[f32]) -> io::Result<()> {
-    let mut payload = Vec::with_capacity(8 + 4 * values.len());
-    payload.extend_from_slice(&step.to_le_bytes());
+    // The values go straight into the frame: a step's buffer is copied once.
+    let mut frame = header(VALUES, 8 + 4 * values.len())?;
+    frame.extend_from_slice(&step.to_le_bytes());
     for v in values {
-        payload.extend_from_slice(&v.to_le_bytes());
+        frame.extend_from_slice(&v.to_le_bytes());
     }
-    write_frame(out, VALUES, &payload)
+    send(out, &frame)
 }
 
-fn write_frame(out: &mut impl Write, kind: u8, payload: &[u8]) -> io::Result<()> {
-    let len =
-        u32::try_from(payload.len()).map_err(|_| io::Error::other("a frame of more than 4 GiB"))?;
-    let mut head = Vec::with_capacity(10 + payload.len());
-    head.extend_from_slice(&MAGIC);
-    head.push(VERSION);
-    head.push(kind);
-    head.extend_from_slice(&len.to_le_bytes());
-    head.extend_from_slice(payload);
-    out.write_all(&head)?;
+/// A frame's first bytes, with room for its `len`-byte payload.
+fn header(kind: u8, len: usize) -> io::Result<Vec<u8>> {
+    let len32 = u32::try_from(len).map_err(|_| io::Error::other("a frame of more than 4 GiB"))?;
+    let mut frame = Vec::with_capacity(10 + len);
+    frame.extend_from_slice(&MAGIC);
+    frame.push(VERSION);
+    frame.push(kind);
+    frame.extend_from_slice(&len32.to_le_bytes());
+    Ok(frame)
+}
+
+fn send(out: &mut impl Write, frame: &[u8]) -> io::Result<()> {
+    out.write_all(frame)?;
     out.flush()
 }
 

@@ -26,6 +26,20 @@ fn start(spec: &RunSpec) -> (String, JoinHandle<Result<u64, ClusterError>>) {
     (addr, thread::spawn(move || coordinator.run()))
 }
 
+/// One thread per rank of `spec`: each joins as its rank, then runs `body` with its worker.
+fn spawn_ranks<T: Send + 'static>(
+    addr: &str,
+    spec: &RunSpec,
+    body: impl Fn(usize, Worker) -> T + Clone + Send + 'static,
+) -> Vec<JoinHandle<T>> {
+    (0..spec.world)
+        .map(|rank| {
+            let (addr, spec, body) = (addr.to_string(), spec.clone(), body.clone());
+            thread::spawn(move || body(rank, Worker::join(&addr, rank, &spec).unwrap()))
+        })
+        .collect()
+}
+
 /// The values rank `rank` sends at `step`: magnitudes spread so that the order of the sum
 /// shows in its bits.
 fn values(rank: usize, step: u64) -> Vec<f32> {
@@ -40,19 +54,13 @@ fn values(rank: usize, step: u64) -> Vec<f32> {
 fn every_rank_gets_the_same_sum_added_in_rank_order() {
     let spec = spec(3, Duration::from_secs(10));
     let (addr, coordinator) = start(&spec);
-    let ranks: Vec<_> = (0..3)
-        .map(|rank| {
-            let (addr, spec) = (addr.clone(), spec.clone());
-            thread::spawn(move || {
-                let mut worker = Worker::join(&addr, rank, &spec).unwrap();
-                let sums: Vec<Vec<f32>> = (1..=5)
-                    .map(|step| worker.all_reduce(step, &values(rank, step)).unwrap())
-                    .collect();
-                worker.finish().unwrap();
-                sums
-            })
-        })
-        .collect();
+    let ranks = spawn_ranks(&addr, &spec, move |rank, mut worker| {
+        let sums: Vec<Vec<f32>> = (1..=5)
+            .map(|step| worker.all_reduce(step, &values(rank, step)).unwrap())
+            .collect();
+        worker.finish().unwrap();
+        sums
+    });
     let got: Vec<Vec<Vec<f32>>> = ranks.into_iter().map(|r| r.join().unwrap()).collect();
     assert_eq!(coordinator.join().unwrap().unwrap(), 5);
     for step in 1..=5u64 {
@@ -73,24 +81,18 @@ fn every_rank_gets_the_same_sum_added_in_rank_order() {
 fn a_rank_that_closes_its_connection_mid_run_ends_the_others_at_once() {
     let spec = spec(3, Duration::from_secs(20));
     let (addr, coordinator) = start(&spec);
-    let ranks: Vec<_> = (0..3)
-        .map(|rank| {
-            let (addr, spec) = (addr.clone(), spec.clone());
-            thread::spawn(move || {
-                let mut worker = Worker::join(&addr, rank, &spec).unwrap();
-                for step in 1..=2 {
-                    worker.all_reduce(step, &values(rank, step)).unwrap();
-                }
-                if rank == 2 {
-                    // As a killed process: the connection closes without a word.
-                    drop(worker);
-                    return Ok(Duration::ZERO);
-                }
-                let t0 = Instant::now();
-                worker.all_reduce(3, &values(rank, 3)).map(|_| t0.elapsed())
-            })
-        })
-        .collect();
+    let ranks = spawn_ranks(&addr, &spec, move |rank, mut worker| {
+        for step in 1..=2 {
+            worker.all_reduce(step, &values(rank, step)).unwrap();
+        }
+        if rank == 2 {
+            // As a killed process: the connection closes without a word.
+            drop(worker);
+            return Ok(Duration::ZERO);
+        }
+        let t0 = Instant::now();
+        worker.all_reduce(3, &values(rank, 3)).map(|_| t0.elapsed())
+    });
     let results: Vec<_> = ranks.into_iter().map(|r| r.join().unwrap()).collect();
     for (rank, result) in results.iter().enumerate().take(2) {
         match result {
@@ -179,17 +181,11 @@ fn a_process_of_another_recipe_or_world_is_refused_by_name() {
     );
 
     // The run itself is untouched: the right ranks join and finish.
-    let ranks: Vec<_> = (0..2)
-        .map(|rank| {
-            let (addr, spec) = (addr.clone(), spec.clone());
-            thread::spawn(move || {
-                let mut worker = Worker::join(&addr, rank, &spec).unwrap();
-                let sum = worker.all_reduce(1, &[1.0]).unwrap();
-                worker.finish().unwrap();
-                sum
-            })
-        })
-        .collect();
+    let ranks = spawn_ranks(&addr, &spec, move |_, mut worker| {
+        let sum = worker.all_reduce(1, &[1.0]).unwrap();
+        worker.finish().unwrap();
+        sum
+    });
     for rank in ranks {
         assert_eq!(rank.join().unwrap(), [2.0]);
     }
@@ -209,22 +205,16 @@ fn stray_connections_neither_crash_nor_stall_a_run() {
     huge.write_all(&[b'M', b'P', b'R', b'C', 1, 1, 255, 255, 255, 255])
         .unwrap();
 
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let ranks: Vec<_> = (0..2)
-        .map(|rank| {
-            let (addr, spec, ready) = (addr.clone(), spec.clone(), ready_tx.clone());
-            thread::spawn(move || {
-                let mut worker = Worker::join(&addr, rank, &spec).unwrap();
-                let first = worker.all_reduce(1, &[rank as f32]).unwrap();
-                ready.send(()).unwrap();
-                // Give the strays below time to arrive mid-run.
-                thread::sleep(Duration::from_millis(300));
-                let second = worker.all_reduce(2, &[rank as f32]).unwrap();
-                worker.finish().unwrap();
-                (first, second)
-            })
-        })
-        .collect();
+    let (ready, ready_rx) = std::sync::mpsc::channel();
+    let ranks = spawn_ranks(&addr, &spec, move |rank, mut worker| {
+        let first = worker.all_reduce(1, &[rank as f32]).unwrap();
+        ready.send(()).unwrap();
+        // Give the strays below time to arrive mid-run.
+        thread::sleep(Duration::from_millis(300));
+        let second = worker.all_reduce(2, &[rank as f32]).unwrap();
+        worker.finish().unwrap();
+        (first, second)
+    });
     ready_rx.recv().unwrap();
     // During the run: garbage, and a second run started by mistake with the same address.
     let mut garbage = TcpStream::connect(&addr).unwrap();

@@ -175,9 +175,7 @@ pub(crate) fn run(cli: Cli) -> Result<(), Error> {
             let plan = Plan::load(&args.recipe, &args.set)?;
             let (found, files) = audit_recipe(&plan, args.steps)?;
             if args.json {
-                let json = serde_json::to_string_pretty(&found)
-                    .map_err(|e| Error::Internal(format!("the audit is not serializable: {e}")))?;
-                emit(&format!("{json}\n"));
+                emit(&format!("{}\n", found.to_json()?));
             } else {
                 emit(&format!(
                     "{}\nwritten: {}, {}\n",

@@ -6,7 +6,7 @@
 //! f16 run would lose (overflow to inf, flush to zero) are seen as they are. Every float
 //! output of every op is read to the host: an audit costs far more than a training step.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::rc::Rc;
 
 use burn::module::AutodiffModule;
@@ -230,7 +230,6 @@ where
 /// ```
 pub struct Audit {
     audited: MpSettings,
-    phase: Rc<Cell<Option<Phase>>>,
     ops: Rc<RefCell<Vec<Seen>>>,
     params: Vec<ParamStats>,
 }
@@ -258,7 +257,6 @@ impl Audit {
     pub fn new(audited: &MpSettings) -> Self {
         Self {
             audited: audited.clone(),
-            phase: Rc::new(Cell::new(None)),
             ops: Rc::new(RefCell::new(Vec::new())),
             params: Vec::new(),
         }
@@ -289,10 +287,7 @@ impl Audit {
             seen.calls += 1;
             seen.values.add(out.values);
         });
-        self.phase.set(Some(phase));
-        let result = observe_outputs(hook, f);
-        self.phase.set(None);
-        result
+        observe_outputs(hook, f)
     }
 
     /// Runs the forward pass `f` (the model and the loss), measuring its ops.

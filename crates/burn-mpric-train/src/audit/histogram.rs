@@ -11,6 +11,11 @@ const F16_MAX_EXP: i32 = 15;
 /// The exponent of bf16's largest finite values.
 const BF16_MAX_EXP: i32 = 127;
 
+/// A legend entry's filled square.
+fn swatch(style: ShapeStyle) -> impl Fn((i32, i32)) -> Rectangle<(i32, i32)> {
+    move |(x, y)| Rectangle::new([(x, y - 5), (x + 20, y + 5)], style)
+}
+
 /// The gradient values computed at the compute dtype, by binary exponent at the report's loss
 /// scale, with f16's range (normal and subnormal) and bf16's marked: what falls left of
 /// f16's subnormals flushes to zero, what falls right of its end overflows.
@@ -71,24 +76,18 @@ pub fn histogram_svg(report: &AuditReport, title: &str) -> Result<String, String
             .draw_series([band(F16_MIN_NORMAL_EXP, F16_MAX_EXP + 1, GREEN)])
             .map_err(|e| e.to_string())?
             .label("f16 normal range (2^-14 .. 65504)")
-            .legend(|(x, y)| {
-                Rectangle::new([(x, y - 5), (x + 20, y + 5)], GREEN.mix(0.3).filled())
-            });
+            .legend(swatch(GREEN.mix(0.3).filled()));
         chart
             .draw_series([band(F16_MIN_SUBNORMAL_EXP, F16_MIN_NORMAL_EXP, YELLOW)])
             .map_err(|e| e.to_string())?
             .label("f16 subnormals (fewer bits; below 2^-24 flushes to zero)")
-            .legend(|(x, y)| {
-                Rectangle::new([(x, y - 5), (x + 20, y + 5)], YELLOW.mix(0.4).filled())
-            });
+            .legend(swatch(YELLOW.mix(0.4).filled()));
         if lo <= BF16_MIN_NORMAL_EXP || hi >= BF16_MAX_EXP {
             chart
                 .draw_series([band(BF16_MIN_NORMAL_EXP, BF16_MAX_EXP + 1, BLUE)])
                 .map_err(|e| e.to_string())?
                 .label("bf16 normal range (2^-126 .. 2^128)")
-                .legend(|(x, y)| {
-                    Rectangle::new([(x, y - 5), (x + 20, y + 5)], BLUE.mix(0.3).filled())
-                });
+                .legend(swatch(BLUE.mix(0.3).filled()));
         }
         chart
             .draw_series(bars.iter().map(|&(e, n)| {
@@ -99,7 +98,7 @@ pub fn histogram_svg(report: &AuditReport, title: &str) -> Result<String, String
                 "gradient values at the compute dtype ({} nonzero; bf16 holds all of e = -126..127)",
                 grads.nonzero()
             ))
-            .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 20, y + 5)], BLUE.mix(0.8).filled()));
+            .legend(swatch(BLUE.mix(0.8).filled()));
         chart
             .configure_series_labels()
             .position(SeriesLabelPosition::UpperLeft)

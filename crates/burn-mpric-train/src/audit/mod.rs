@@ -49,6 +49,27 @@ pub struct RecipeAudit {
     pub fixes: Vec<Vec<String>>,
 }
 
+impl RecipeAudit {
+    /// The audit as `audit.json` holds it (and `mpric audit --json` prints it).
+    ///
+    /// ```
+    /// use burn_mpric_train::Plan;
+    /// use burn_mpric_train::audit::audit_recipe;
+    ///
+    /// let output = std::env::temp_dir().join(format!("mpric-doc-json-{}", std::process::id()));
+    /// let recipe = concat!(env!("CARGO_MANIFEST_DIR"), "/../../recipes/quickstart.toml");
+    /// let plan = Plan::load(recipe.as_ref(), &[format!("output={}", output.display())])?;
+    /// let (found, files) = audit_recipe(&plan, 1)?;
+    /// assert_eq!(found.to_json()?, std::fs::read_to_string(&files.json).unwrap());
+    /// # std::fs::remove_dir_all(&output).unwrap();
+    /// # Ok::<(), burn_mpric_train::Error>(())
+    /// ```
+    pub fn to_json(&self) -> Result<String, Error> {
+        serde_json::to_string_pretty(self)
+            .map_err(|e| Error::Internal(format!("the audit is not serializable: {e}")))
+    }
+}
+
 /// Where [`audit_recipe`] writes its files.
 #[derive(Debug, Clone)]
 pub struct AuditFiles {
@@ -105,9 +126,7 @@ pub fn audit_recipe(plan: &Plan, steps: usize) -> Result<(RecipeAudit, AuditFile
         json: output.join("audit.json"),
         svg: output.join("audit_gradients.svg"),
     };
-    let json = serde_json::to_string_pretty(&found)
-        .map_err(|e| Error::Internal(format!("the audit is not serializable: {e}")))?;
-    write_atomic(&files.json, json.as_bytes())?;
+    write_atomic(&files.json, found.to_json()?.as_bytes())?;
     let svg = histogram_svg(&found.report, &plan.label).map_err(|message| Error::Plot {
         path: files.svg.clone(),
         message,
