@@ -16,11 +16,22 @@ struct Joined {
     stream: TcpStream,
 }
 
+/// What a handshake hands the run: a rank that joined, or one that named itself as a rank of
+/// this run but was refused (another recipe or world size), which stops the run before it
+/// starts; strays and duplicates never get this far.
+enum Arrival {
+    Joined(Joined),
+    Refused { rank: usize, reason: String },
+}
+
 /// The coordinator of a run: rank 0's process starts it on a thread, or it runs on its own.
 ///
 /// It listens on the address it is given (callers default to loopback); every connection
 /// must say who it is within the handshake timeout and agree with the run's [`RunSpec`], or
-/// it is turned away; bytes of another protocol only close that connection. Once every rank
+/// it is turned away; before every rank has joined, such a refusal also stops the run, and
+/// every rank hears which rank was refused and why ([`ClusterError::RankRefused`]), so that a
+/// run never waits out its join timeout for a rank that came with another recipe. Bytes of
+/// another protocol only close that connection. Once every rank
 /// has joined, each step it reads one values frame from every rank (in rank order, each
 /// within the step timeout), sums them in rank order (so every run sums in the same order)
 /// and sends the sum to every rank. When a rank is lost it sends the others
@@ -97,9 +108,15 @@ impl Coordinator {
     /// that stopped it. See [`Coordinator`].
     pub fn run(self) -> Result<u64, ClusterError> {
         let spec = Arc::new(self.spec);
-        let (joins, joined) = mpsc::sync_channel::<Joined>(spec.world);
+        let (joins, joined) = mpsc::sync_channel::<Arrival>(spec.world);
         accept_in_background(self.listener, spec.clone(), joins);
-        let mut ranks = gather(&spec, &joined)?;
+        let mut ranks = match gather(&spec, &joined) {
+            Ok(ranks) => ranks,
+            Err((err, told)) => {
+                answer_late_arrivals(joined, told);
+                return Err(err);
+            }
+        };
         // From here on, a connection that says hello is told the run has started.
         drop(joined);
         for rank in 0..ranks.len() {
@@ -113,7 +130,7 @@ impl Coordinator {
 
 /// Accepts connections for as long as the process lives; each says hello on its own thread,
 /// so a silent or slow connection holds up nobody.
-fn accept_in_background(listener: TcpListener, spec: Arc<RunSpec>, joins: SyncSender<Joined>) {
+fn accept_in_background(listener: TcpListener, spec: Arc<RunSpec>, joins: SyncSender<Arrival>) {
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(stream) = stream else { continue };
@@ -128,7 +145,7 @@ fn refuse(mut stream: TcpStream, reason: String) {
     let _ = write_control(&mut stream, &Control::Refused { reason });
 }
 
-fn handshake(mut stream: TcpStream, spec: &RunSpec, joins: &SyncSender<Joined>) {
+fn handshake(mut stream: TcpStream, spec: &RunSpec, joins: &SyncSender<Arrival>) {
     let peer = stream
         .peer_addr()
         .map_or_else(|_| "?".to_string(), |a| a.to_string());
@@ -152,27 +169,35 @@ fn handshake(mut stream: TcpStream, spec: &RunSpec, joins: &SyncSender<Joined>) 
         Err(_) => return,
     };
     let (rank, world, identity) = hello;
-    if world != spec.world {
-        return refuse(
-            stream,
-            format!(
-                "the run has {} ranks, this process expects {world}",
-                spec.world
-            ),
-        );
-    }
-    if rank >= spec.world {
-        return refuse(stream, format!("rank {rank} is outside 0..{}", spec.world));
-    }
-    if let Some(difference) = spec.difference(&identity) {
-        eprintln!("mpric cluster: refused rank {rank} from {peer}: {difference}");
-        return refuse(stream, format!("the recipe differs: {difference}"));
+    let mismatch = if world != spec.world {
+        Some(format!(
+            "the run has {} ranks, this process expects {world}",
+            spec.world
+        ))
+    } else if rank >= spec.world {
+        Some(format!("rank {rank} is outside 0..{}", spec.world))
+    } else {
+        spec.difference(&identity)
+            .map(|difference| format!("the recipe differs: {difference}"))
+    };
+    if let Some(reason) = mismatch {
+        eprintln!("mpric cluster: refused rank {rank} from {peer}: {reason}");
+        // Before the run starts, the run stops with it (every rank hears why); once it has
+        // started, only this connection is turned away.
+        let _ = joins.send(Arrival::Refused {
+            rank,
+            reason: reason.clone(),
+        });
+        return refuse(stream, reason);
     }
     let _ = stream.set_read_timeout(None);
     let Ok(duplicate) = stream.try_clone() else {
         return;
     };
-    if joins.send(Joined { rank, stream }).is_err() {
+    if joins
+        .send(Arrival::Joined(Joined { rank, stream }))
+        .is_err()
+    {
         refuse(
             duplicate,
             "the run has started; a rank cannot join it now".into(),
@@ -180,14 +205,39 @@ fn handshake(mut stream: TcpStream, spec: &RunSpec, joins: &SyncSender<Joined>) 
     }
 }
 
-/// Waits until every rank has joined, within the join timeout.
-fn gather(spec: &RunSpec, joined: &mpsc::Receiver<Joined>) -> Result<Vec<Joined>, ClusterError> {
+/// A run that did not start tells every rank that arrives later why, for as long as the
+/// process lives (the rank that hosts the coordinator may say hello after the run failed).
+fn answer_late_arrivals(joined: mpsc::Receiver<Arrival>, told: Control) {
+    std::thread::spawn(move || {
+        for arrival in joined {
+            if let Arrival::Joined(mut join) = arrival {
+                let _ = join.stream.set_write_timeout(Some(Duration::from_secs(1)));
+                let _ = write_control(&mut join.stream, &told);
+            }
+        }
+    });
+}
+
+/// Waits until every rank has joined, within the join timeout; when the run cannot start, the
+/// error and what every rank is told.
+fn gather(
+    spec: &RunSpec,
+    joined: &mpsc::Receiver<Arrival>,
+) -> Result<Vec<Joined>, (ClusterError, Control)> {
     let deadline = Instant::now() + spec.timeouts.join;
     let mut slots: Vec<Option<Joined>> = (0..spec.world).map(|_| None).collect();
     while slots.iter().any(Option::is_none) {
         let left = deadline.saturating_duration_since(Instant::now());
         match joined.recv_timeout(left) {
-            Ok(join) => {
+            Ok(Arrival::Refused { rank, reason }) => {
+                let stopped = Control::Stopped {
+                    rank,
+                    reason: reason.clone(),
+                };
+                tell_all(&mut slots, &stopped);
+                return Err((ClusterError::RankRefused { rank, reason }, stopped));
+            }
+            Ok(Arrival::Joined(join)) => {
                 if slots[join.rank].is_some() {
                     let rank = join.rank;
                     refuse(join.stream, format!("rank {rank} has already joined"));
@@ -199,24 +249,28 @@ fn gather(spec: &RunSpec, joined: &mpsc::Receiver<Joined>) -> Result<Vec<Joined>
             Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
                 let missing: Vec<usize> = (0..spec.world).filter(|r| slots[*r].is_none()).collect();
                 let reason = format!("did not join within {}", seconds(spec.timeouts.join));
-                for join in slots.iter_mut().flatten() {
-                    let _ = join.stream.set_write_timeout(Some(Duration::from_secs(1)));
-                    let _ = write_control(
-                        &mut join.stream,
-                        &Control::Abort {
-                            rank: missing[0],
-                            reason: reason.clone(),
-                        },
-                    );
-                }
-                return Err(ClusterError::JoinTimeout {
+                let abort = Control::Abort {
+                    rank: missing[0],
+                    reason,
+                };
+                tell_all(&mut slots, &abort);
+                let err = ClusterError::JoinTimeout {
                     missing,
                     timeout: spec.timeouts.join,
-                });
+                };
+                return Err((err, abort));
             }
         }
     }
     Ok(slots.into_iter().flatten().collect())
+}
+
+/// Tells every rank that has joined why the run does not start.
+fn tell_all(slots: &mut [Option<Joined>], control: &Control) {
+    for join in slots.iter_mut().flatten() {
+        let _ = join.stream.set_write_timeout(Some(Duration::from_secs(1)));
+        let _ = write_control(&mut join.stream, control);
+    }
 }
 
 /// Tells every rank but `lost` that `lost` is gone; the error to return.

@@ -53,6 +53,15 @@ pub enum ClusterError {
         /// What happened.
         reason: String,
     },
+    /// A rank asked to join with another recipe, world size or rank range, so the run does
+    /// not start: said by the coordinator, and by every rank that had joined.
+    #[error("rank {rank} was refused, so the run does not start: {reason}")]
+    RankRefused {
+        /// The refused rank.
+        rank: usize,
+        /// Why.
+        reason: String,
+    },
     /// The coordinator refused this worker (worker side).
     #[error("the coordinator refused rank {rank}: {reason}")]
     Refused {

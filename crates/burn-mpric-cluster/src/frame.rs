@@ -40,6 +40,14 @@ pub enum Control {
     },
     /// A rank finished its last step.
     Done,
+    /// The coordinator stops a run before it started: `rank` was refused (another recipe,
+    /// world size or rank range), so the run cannot start as asked.
+    Stopped {
+        /// The refused rank.
+        rank: usize,
+        /// Why it was refused.
+        reason: String,
+    },
     /// The coordinator stops the run: `rank` was lost.
     Abort {
         /// The lost rank.

@@ -8,7 +8,8 @@
 //!   [`ClusterError::RankLost`] / [`ClusterError::Aborted`] naming it.
 //! - **A rank joins only into its own run**: its hello carries the world size and the
 //!   identity (the recipe, flattened) every rank must share; a difference is refused with
-//!   the first differing field ([`RunSpec::difference`]).
+//!   the first differing field ([`RunSpec::difference`]), and before the run starts it stops
+//!   the run on every rank, naming the rank and the field.
 //! - **Nothing that arrives is trusted**: frames have a magic, a version and a length limit;
 //!   bytes of another protocol, a port scan or a second run only close their own connection.
 //! - **One sum, the same bits everywhere**: each step's buffers are added in rank order by

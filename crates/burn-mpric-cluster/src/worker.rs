@@ -26,7 +26,8 @@ impl Worker {
     /// [`ClusterError::Refused`] when the coordinator turns this rank away (another recipe,
     /// world size or protocol, a rank already taken, a run already started), with its reason;
     /// [`ClusterError::CoordinatorLost`] when it cannot be reached or stops answering;
-    /// [`ClusterError::Aborted`] when another rank never joined.
+    /// [`ClusterError::Aborted`] when another rank never joined;
+    /// [`ClusterError::RankRefused`] when another rank was refused before the run started.
     ///
     /// ```
     /// use std::time::Duration;
@@ -136,6 +137,9 @@ impl Worker {
         match frame {
             Frame::Control(Control::Abort { rank, reason }) => {
                 ClusterError::Aborted { rank, reason }
+            }
+            Frame::Control(Control::Stopped { rank, reason }) => {
+                ClusterError::RankRefused { rank, reason }
             }
             Frame::Control(Control::Refused { reason }) => ClusterError::Refused {
                 rank: self.rank,

@@ -161,16 +161,30 @@ fn a_rank_that_never_joins_ends_the_run_within_the_join_timeout() {
 }
 
 #[test]
-fn a_process_of_another_recipe_or_world_is_refused_by_name() {
+fn a_process_of_another_recipe_or_world_stops_the_run_on_every_rank_by_name() {
     let spec = spec(2, Duration::from_secs(10));
     let (addr, coordinator) = start(&spec);
+    let first = {
+        let (addr, spec) = (addr.clone(), spec.clone());
+        thread::spawn(move || Worker::join(&addr, 0, &spec).map(|_| ()))
+    };
     let mut other = spec.clone();
     other.identity[0].1 = "0.02".into();
+    let difference = "the recipe differs: `optimizer.lr` is 0.01 in the run and 0.02 here";
     let err = Worker::join(&addr, 1, &other).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "the coordinator refused rank 1: the recipe differs: `optimizer.lr` is 0.01 in the run and 0.02 here"
+        format!("the coordinator refused rank 1: {difference}")
     );
+    // The rank that had joined hears why the run does not start, as does the coordinator.
+    let stopped = format!("rank 1 was refused, so the run does not start: {difference}");
+    assert_eq!(first.join().unwrap().unwrap_err().to_string(), stopped);
+    assert_eq!(
+        coordinator.join().unwrap().unwrap_err().to_string(),
+        stopped
+    );
+
+    let (addr, coordinator) = start(&spec);
     let mut bigger = spec.clone();
     bigger.world = 4;
     let err = Worker::join(&addr, 1, &bigger).unwrap_err();
@@ -179,17 +193,11 @@ fn a_process_of_another_recipe_or_world_is_refused_by_name() {
             .contains("the run has 2 ranks, this process expects 4"),
         "{err}"
     );
-
-    // The run itself is untouched: the right ranks join and finish.
-    let ranks = spawn_ranks(&addr, &spec, move |_, mut worker| {
-        let sum = worker.all_reduce(1, &[1.0]).unwrap();
-        worker.finish().unwrap();
-        sum
-    });
-    for rank in ranks {
-        assert_eq!(rank.join().unwrap(), [2.0]);
-    }
-    assert_eq!(coordinator.join().unwrap().unwrap(), 1);
+    let err = coordinator.join().unwrap().unwrap_err();
+    assert!(
+        matches!(err, ClusterError::RankRefused { rank: 1, .. }),
+        "{err}"
+    );
 }
 
 #[test]
@@ -221,6 +229,14 @@ fn stray_connections_neither_crash_nor_stall_a_run() {
     garbage.write_all(&[0u8; 64]).unwrap();
     let err = Worker::join(&addr, 0, &spec).unwrap_err();
     assert!(err.to_string().contains("the run has started"), "{err}");
+    // Once the run has started, another recipe is only turned away.
+    let mut other = spec.clone();
+    other.identity[1].1 = "7".into();
+    let err = Worker::join(&addr, 1, &other).unwrap_err();
+    assert!(
+        err.to_string().contains("`seed` is 0 in the run and 7"),
+        "{err}"
+    );
 
     for rank in ranks {
         assert_eq!(rank.join().unwrap(), (vec![1.0], vec![1.0]));
