@@ -133,7 +133,7 @@ pub(crate) fn read_frame(input: &mut impl Read, max_values: usize) -> Result<Fra
     match input.read(&mut head[..1]) {
         Ok(0) => return Err(FrameError::Closed),
         Ok(_) => {}
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(closed_or_io(e)),
     }
     input.read_exact(&mut head[1..]).map_err(closed_or_io)?;
     if head[..4] != MAGIC {
@@ -187,11 +187,15 @@ pub(crate) fn read_frame(input: &mut impl Read, max_values: usize) -> Result<Fra
     }
 }
 
+/// A connection the peer closed (cleanly, or by a reset when its process died with unread
+/// data) is `Closed`; any other failure is an I/O error.
 fn closed_or_io(e: io::Error) -> FrameError {
-    if e.kind() == io::ErrorKind::UnexpectedEof {
-        FrameError::Closed
-    } else {
-        FrameError::Io(e)
+    match e.kind() {
+        io::ErrorKind::UnexpectedEof
+        | io::ErrorKind::ConnectionReset
+        | io::ErrorKind::ConnectionAborted
+        | io::ErrorKind::BrokenPipe => FrameError::Closed,
+        _ => FrameError::Io(e),
     }
 }
 

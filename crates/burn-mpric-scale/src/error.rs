@@ -41,6 +41,15 @@ pub enum StepError {
         /// The gradient's shape (its real dimensions, whatever rank it was registered with).
         got: Vec<usize>,
     },
+    /// Values handed to [`FlatGrads::unflatten`](crate::FlatGrads::unflatten) (a sum from
+    /// other processes) do not have the layout of the gradients that were flattened.
+    #[error("the summed gradients hold {got} values where {expected} were flattened")]
+    FlatLength {
+        /// The values flattened.
+        expected: usize,
+        /// The values handed back.
+        got: usize,
+    },
     /// An all-reduce through burn-collective failed (a peer that did not register, tensors of
     /// different shapes on different peers, ...).
     #[cfg(feature = "collective")]

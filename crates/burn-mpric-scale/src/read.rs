@@ -96,3 +96,14 @@ pub(crate) fn read_one<E: Element>(data: TensorData, what: &str) -> Result<E, St
 pub(crate) fn read_bool(data: TensorData) -> Result<bool, StepError> {
     read_one(data, "finiteness flag")
 }
+
+/// Reads a tensor's values at f32 (one device sync).
+pub(crate) fn read_all_f32<B: Backend>(tensor: Tensor<B, 1>) -> Result<Vec<f32>, StepError> {
+    let data = Transaction::<B>::default()
+        .register(tensor)
+        .try_execute()?
+        .pop()
+        .ok_or_else(|| StepError::UnexpectedRead("the transaction returned no value".into()))?;
+    data.to_vec::<f32>()
+        .map_err(|e| StepError::UnexpectedRead(format!("expected f32 values: {e:?}")))
+}

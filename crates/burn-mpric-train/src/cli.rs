@@ -1,4 +1,4 @@
-//! The `mpric` command line: `train`, `check`, `policy`, `audit`.
+//! The `mpric` command line: `train`, `launch`, `check`, `policy`, `audit`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,9 +9,10 @@ use clap::{Args, Parser, Subcommand};
 use crate::audit::{audit_recipe, table};
 use crate::backend::{ResolvePolicy, dispatch};
 use crate::error::Error;
+use crate::launch::launch;
 use crate::plan::Plan;
 use crate::recipe::{BackendConfig, BackendName};
-use crate::run::{Summary, TrainOptions, train};
+use crate::run::{Processes, Summary, TrainOptions, train};
 
 /// Train Burn models from recipe files, with mixed precision.
 #[derive(Debug, Parser)]
@@ -26,8 +27,12 @@ pub(crate) struct Cli {
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Train a recipe (TOML, or JSON by extension); writes metrics, plots and checkpoints to
-    /// the recipe's output folder.
+    /// the recipe's output folder. With --world N, this process is one rank of a run of N
+    /// processes.
     Train(TrainArgs),
+    /// Run N processes of one training run on this machine (each `mpric train` with its
+    /// rank); their output lines are prefixed with their rank.
+    Launch(LaunchArgs),
     /// Validate a recipe without training: fields, data, backend and policy.
     Check(CheckArgs),
     /// Explain a policy: the dtypes it resolves to on a backend and the category of each op.
@@ -74,6 +79,46 @@ pub(crate) struct TrainArgs {
     /// No progress bar and no per-checkpoint lines; only the final summary.
     #[arg(long, short)]
     pub(crate) quiet: bool,
+    /// The number of processes of a multi-process run (default: SLURM_NTASKS under srun,
+    /// else 1).
+    #[arg(long, env = "MPRIC_WORLD", value_name = "N")]
+    pub(crate) world: Option<usize>,
+    /// This process's rank, 0 to N-1 (default: SLURM_PROCID under srun). Rank 0 hosts the
+    /// coordinator and writes the output folder.
+    #[arg(long, env = "MPRIC_RANK", value_name = "R")]
+    pub(crate) rank: Option<usize>,
+    /// The coordinator's address, which rank 0 listens on and the others connect to
+    /// (default 127.0.0.1:29610: this machine only).
+    #[arg(long, env = "MPRIC_COORDINATOR", value_name = "HOST:PORT")]
+    pub(crate) coordinator: Option<String>,
+    /// The longest a step may take on any process (rank 0's evaluation and checkpoint
+    /// included) before the others give it up; joining may take twice as long.
+    #[arg(
+        long,
+        env = "MPRIC_TIMEOUT",
+        value_name = "SECONDS",
+        default_value_t = 30.0
+    )]
+    pub(crate) timeout: f64,
+}
+
+/// `mpric launch`.
+#[derive(Debug, Args)]
+pub(crate) struct LaunchArgs {
+    /// The number of processes.
+    pub(crate) processes: usize,
+    /// The coordinator's port on 127.0.0.1 (default: a free one).
+    #[arg(long)]
+    pub(crate) port: Option<u16>,
+    /// The recipe and `train` options, the same for every process (`--world`, `--rank` and
+    /// `--coordinator` are set by the launcher).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "RECIPE [TRAIN OPTIONS]"
+    )]
+    pub(crate) train: Vec<String>,
 }
 
 /// `mpric check`.
@@ -153,13 +198,26 @@ pub(crate) fn run(cli: Cli) -> Result<(), Error> {
                 until: args.until,
                 progress: !args.quiet,
                 log: !args.quiet,
+                processes: processes(&args, |key| std::env::var(key).ok())?,
             };
             // The run starts the device once and announces itself (unless quiet) after the
             // device accepted the policy.
             let summary = train(&plan, &options)?;
-            emit(&summary_text(&plan, &summary));
+            match &options.processes {
+                Some(p) if !p.is_writer() => emit(&format!(
+                    "rank {} of {}: steps {} -> {}, skipped steps {}, final loss scale {}\n",
+                    p.rank,
+                    p.world,
+                    summary.start_step,
+                    summary.step,
+                    summary.skipped,
+                    summary.last.as_ref().map_or(1.0, |r| r.loss_scale)
+                )),
+                _ => emit(&summary_text(&plan, &summary)),
+            }
             Ok(())
         }
+        Command::Launch(args) => launch(args.processes, args.port, &args.train),
         Command::Check(args) => {
             let plan = Plan::load(&args.recipe, &args.set)?;
             let check = plan.check_backend()?;
@@ -187,6 +245,60 @@ pub(crate) fn run(cli: Cli) -> Result<(), Error> {
             Ok(())
         }
     }
+}
+
+/// This process's place in a multi-process run, from the flags, `MPRIC_*` (read by clap) or,
+/// when neither gives the world size, SLURM's `SLURM_NTASKS` and `SLURM_PROCID`; `None` for a
+/// run of one process.
+fn processes(
+    args: &TrainArgs,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Option<Processes>, Error> {
+    let slurm = |key: &str| -> Result<Option<usize>, Error> {
+        match env(key) {
+            None => Ok(None),
+            Some(text) => text.trim().parse().map(Some).map_err(|_| {
+                Error::Usage(format!(
+                    "{key}={text}: expected a number of processes or a rank"
+                ))
+            }),
+        }
+    };
+    let under_slurm = args.world.is_none() && env("SLURM_PROCID").is_some();
+    let (world, rank) = if under_slurm {
+        (slurm("SLURM_NTASKS")?, args.rank.or(slurm("SLURM_PROCID")?))
+    } else {
+        (args.world, args.rank)
+    };
+    let Some(world) = world else {
+        return match rank {
+            Some(rank) => Err(Error::Usage(format!(
+                "--rank {rank} needs --world, the number of processes"
+            ))),
+            None => Ok(None),
+        };
+    };
+    if world == 1 && rank.unwrap_or(0) == 0 {
+        return Ok(None);
+    }
+    let rank = rank.ok_or_else(|| {
+        Error::Usage(format!(
+            "--world {world} needs --rank, this process's rank (0 to {})",
+            world.saturating_sub(1)
+        ))
+    })?;
+    if !(args.timeout.is_finite() && args.timeout > 0.0 && args.timeout <= 86_400.0) {
+        return Err(Error::Usage(format!(
+            "--timeout {}: expected seconds between 0 and 86400",
+            args.timeout
+        )));
+    }
+    let mut processes = Processes::new(world, rank)?;
+    if let Some(coordinator) = &args.coordinator {
+        processes.coordinator = coordinator.clone();
+    }
+    processes.step_timeout = std::time::Duration::from_secs_f64(args.timeout);
+    Ok(Some(processes))
 }
 
 /// Prints to stdout; a closed stdout (`mpric ... | head`) is not an error.

@@ -3,6 +3,8 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use burn_mpric_cluster::ClusterError;
+
 /// A problem with one field of a recipe: which field (dotted path, e.g. `optimizer.lr`) and
 /// what is wrong with it, including what is accepted.
 ///
@@ -173,6 +175,28 @@ pub enum Error {
         /// What failed.
         message: String,
     },
+    /// A multi-process run stopped: a rank was lost or refused, or the coordinator could not
+    /// be reached; `rank` and `world` say which process this is.
+    #[error("rank {rank} of {world}: {source}")]
+    Cluster {
+        /// This process's rank.
+        rank: usize,
+        /// The number of processes.
+        world: usize,
+        /// What happened.
+        source: burn_mpric_cluster::ClusterError,
+    },
+    /// Processes started by `mpric launch` failed; the launcher exits with the status of the
+    /// first one that did.
+    #[error("{summary}")]
+    Launched {
+        /// Each failed process and how it ended, in the order they ended.
+        summary: String,
+        /// The rank that failed first.
+        first: usize,
+        /// Its exit status (1 when a signal ended it).
+        code: u8,
+    },
     /// An inconsistency inside the trainer (a bug, reported instead of a panic).
     #[error("internal error: {0}")]
     Internal(String),
@@ -200,6 +224,16 @@ impl Error {
             | Error::Resume(_)
             | Error::OutputInUse { .. }
             | Error::Locked { .. } => 2,
+            Error::Cluster { source, .. } => match source {
+                // Nothing ran: the processes were started with different recipes or
+                // arguments, or the address is unusable.
+                ClusterError::Refused { .. }
+                | ClusterError::RankRefused { .. }
+                | ClusterError::Bind { .. }
+                | ClusterError::Config(_) => 2,
+                _ => 1,
+            },
+            Error::Launched { code, .. } => *code,
             Error::Diverged { .. } => 3,
             Error::Io { .. }
             | Error::Checkpoint { .. }

@@ -109,6 +109,10 @@ pub struct TrainState {
     pub steps: Vec<StepRow>,
     /// Held-out evaluations so far.
     pub eval: Vec<EvalRow>,
+    /// The number of processes of a multi-process run (`--world`); absent for one process.
+    /// A resumed run must have as many.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processes: Option<usize>,
 }
 
 impl<B: Backend> Record<B> for TrainState {

@@ -1,10 +1,11 @@
 //! Running a recipe: the training loop (`train.rs`), its replicas on their own threads
-//! (`ddp.rs`), resuming from a checkpoint (`resume.rs`) and the output folder's lock
-//! (`lock.rs`).
+//! (`ddp.rs`) or in several processes (`processes.rs`), resuming from a checkpoint
+//! (`resume.rs`) and the output folder's lock (`lock.rs`).
 
 #[cfg(feature = "ddp")]
 mod ddp;
 pub(crate) mod lock;
+pub(crate) mod processes;
 pub(crate) mod resume;
 pub(crate) mod train;
 
@@ -17,10 +18,12 @@ use crate::optim::with_optimizer;
 use crate::recipe::{BackendName, Strategy};
 use train::{Loop, Peers, Run};
 
+pub use processes::{DEFAULT_COORDINATOR, DEFAULT_STEP_TIMEOUT, Processes};
 pub use train::{Summary, TrainOptions, train};
 
-/// A run on its devices: one loop over all of them (`multi_device`, or one device), or one
-/// replica per device on its own thread (`ddp`).
+/// A run on its devices: one loop over all of them (`multi_device`, one device, or this
+/// process's devices in a multi-process run), or one replica per device on its own thread
+/// (`ddp`).
 impl BackendTask for Run<'_> {
     type Output = Result<Summary, Error>;
 
@@ -39,15 +42,20 @@ impl BackendTask for Run<'_> {
             .map(|d| mp_device::<B>(d, settings.clone(), backend))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| e.in_file(&self.plan.label))?;
-        if replicas.len() > 1 && self.plan.recipe.strategy == Some(Strategy::Ddp) {
-            return ddp_train(self, replicas);
-        }
+        // Several processes: each drives its devices from one thread, whatever the strategy.
+        let peers = match self.link {
+            Some(link) => Peers::Processes(link),
+            None if replicas.len() > 1 && self.plan.recipe.strategy == Some(Strategy::Ddp) => {
+                return ddp_train(self, replicas);
+            }
+            None => Peers::Local,
+        };
         with_optimizer::<B, _>(
             self.plan.recipe.optimizer,
             Loop {
                 run: self,
                 replicas,
-                peers: Peers::Local,
+                peers,
                 model: None,
             },
         )

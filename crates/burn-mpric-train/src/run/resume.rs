@@ -29,7 +29,10 @@ pub(crate) struct SetAside {
 /// A recipe that differs from the run's is an error at once; damaged checkpoints are passed
 /// over (and, when an older one serves, set aside); when none serves, the error names the
 /// newest one's problem.
-pub(crate) fn choose(plan: &Plan) -> Result<Resumed, Error> {
+///
+/// A process that does not write (`set_aside` false: a multi-process run's other ranks)
+/// chooses the same checkpoint but moves nothing.
+pub(crate) fn choose(plan: &Plan, set_aside: bool) -> Result<Resumed, Error> {
     let output = &plan.recipe.output;
     let all = checkpoint::list(output)?;
     if all.is_empty() {
@@ -44,7 +47,8 @@ pub(crate) fn choose(plan: &Plan) -> Result<Resumed, Error> {
             Ok(verified) => {
                 let set_aside = refused
                     .into_iter()
-                    .map(|(c, reason)| set_aside(&c, reason))
+                    .filter(|_| set_aside)
+                    .map(|(c, reason)| move_aside(&c, reason))
                     .collect::<Result<_, _>>()?;
                 return Ok(Resumed {
                     checkpoint: candidate.clone(),
@@ -71,7 +75,7 @@ pub(crate) fn choose(plan: &Plan) -> Result<Resumed, Error> {
 }
 
 /// Renames a refused checkpoint to `step-N.rejected` (or `.rejected-2`, ...).
-fn set_aside(checkpoint: &Checkpoint, reason: String) -> Result<SetAside, Error> {
+fn move_aside(checkpoint: &Checkpoint, reason: String) -> Result<SetAside, Error> {
     let name = checkpoint
         .dir
         .file_name()

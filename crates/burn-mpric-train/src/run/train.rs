@@ -25,6 +25,7 @@ use crate::plan::Plan;
 use crate::report::metrics::{self, EvalRow, MetricsFile, StepRow};
 use crate::report::plot;
 use crate::run::lock::RunLock;
+use crate::run::processes::{self, Link, Processes};
 use crate::run::resume;
 
 /// How to run a plan.
@@ -48,6 +49,8 @@ pub struct TrainOptions {
     pub progress: bool,
     /// Print a line to stderr at each checkpoint (when no progress bar is shown).
     pub log: bool,
+    /// This process's place in a multi-process run; `None` for a run of one process.
+    pub processes: Option<Processes>,
 }
 
 /// What a run did.
@@ -113,13 +116,16 @@ pub struct Summary {
 /// ```
 pub fn train(plan: &Plan, options: &TrainOptions) -> Result<Summary, Error> {
     let output = plan.recipe.output.clone();
-    // One writer per output folder, held until the run returns.
-    let _lock = RunLock::acquire(&output)?;
-    checkpoint::clean_temporaries(&output)?;
-    checkpoint::preflight(&output)?;
-    let existing = checkpoint::latest(&output)?;
+    // One writer per output folder: in a multi-process run, rank 0, which holds the lock
+    // until the run returns; the other processes read a checkpoint at most.
+    let writer = options.processes.as_ref().is_none_or(Processes::is_writer);
+    let _lock = writer.then(|| RunLock::acquire(&output)).transpose()?;
+    if writer {
+        checkpoint::clean_temporaries(&output)?;
+        checkpoint::preflight(&output)?;
+    }
     let resume = if options.resume {
-        let resumed = resume::choose(plan)?;
+        let resumed = resume::choose(plan, writer)?;
         // Said even when quiet: the run continues from an older step than the newest folder.
         for aside in &resumed.set_aside {
             eprintln!(
@@ -129,9 +135,19 @@ pub fn train(plan: &Plan, options: &TrainOptions) -> Result<Summary, Error> {
                 resumed.checkpoint.step
             );
         }
+        let (was, now) = (
+            resumed.state.processes.unwrap_or(1),
+            options.processes.as_ref().map_or(1, |p| p.world),
+        );
+        if was != now {
+            return Err(Error::Resume(format!(
+                "{}: the run was trained by {was} process(es), this one has {now}; resume with --world {was} (the processes' shards of each batch, and so the sums' rounding, depend on it)",
+                resumed.checkpoint.dir.display()
+            )));
+        }
         Some((resumed.checkpoint, resumed.state))
     } else {
-        if let Some(found) = existing {
+        if writer && let Some(found) = checkpoint::latest(&output)? {
             if !options.overwrite {
                 return Err(Error::OutputInUse {
                     path: output,
@@ -142,12 +158,26 @@ pub fn train(plan: &Plan, options: &TrainOptions) -> Result<Summary, Error> {
         }
         None
     };
+    let link = match &options.processes {
+        Some(p) => {
+            let resumed = resume.as_ref().map(|(c, _)| c.step);
+            Some(Link::join(p, processes::identity(plan, resumed)?)?)
+        }
+        None => None,
+    };
     let task = Run {
         plan,
         options,
         resume,
+        link: link.as_ref(),
     };
-    dispatch(&plan.recipe.backend, task).map_err(|e| e.in_file(&plan.label))?
+    let summary = dispatch(&plan.recipe.backend, task).map_err(|e| e.in_file(&plan.label))??;
+    // Only a process that finished says so; one that failed closes its connection, which
+    // ends the others naming it.
+    if let Some(link) = link {
+        link.finish()?;
+    }
+    Ok(summary)
 }
 
 /// Removes a previous run's checkpoints, metrics and plots.
@@ -170,6 +200,8 @@ pub(crate) struct Run<'a> {
     pub(crate) plan: &'a Plan,
     options: &'a TrainOptions,
     resume: Option<(Checkpoint, TrainState)>,
+    /// This process's connection to the other processes of a multi-process run.
+    pub(crate) link: Option<&'a Link>,
 }
 
 /// Where the replicas of a collective run meet at the end of each step, after the first one
@@ -217,9 +249,9 @@ pub(crate) enum Peers<'a> {
         count: usize,
         turn: &'a StepTurn,
     },
-    #[cfg(not(feature = "ddp"))]
-    #[allow(dead_code)]
-    Never(std::marker::PhantomData<&'a ()>),
+    /// One process of several (`--world`): this process's devices run its shards of each
+    /// batch as under `Local`, and the sums span every process through `link`.
+    Processes(&'a Link),
 }
 
 impl Peers<'_> {
@@ -229,8 +261,7 @@ impl Peers<'_> {
             Peers::Local => true,
             #[cfg(feature = "ddp")]
             Peers::Collective { peer, .. } => *peer == 0,
-            #[cfg(not(feature = "ddp"))]
-            Peers::Never(_) => true,
+            Peers::Processes(link) => link.place().0 == 0,
         }
     }
 }
@@ -256,10 +287,10 @@ impl<B: Backend> OptimizerTask<B> for Loop<'_, B> {
 
 /// The gradients, loss and correct predictions of one step over all replicas, on the main
 /// device.
-struct StepGrads<B: Backend> {
-    grads: GradientsParams,
-    scaled_loss: Tensor<Ad<B>, 1>,
-    correct: Option<i64>,
+pub(crate) struct StepGrads<B: Backend> {
+    pub(crate) grads: GradientsParams,
+    pub(crate) scaled_loss: Tensor<Ad<B>, 1>,
+    pub(crate) correct: Option<i64>,
 }
 
 /// Forward and backward of one batch: on the main device alone, or split into one contiguous
@@ -272,7 +303,7 @@ fn forward_backward<B: Backend>(
     scaler: &LossScaler,
     items: &[usize],
     replicas: &[MpDevice<B>],
-    #[cfg_attr(not(feature = "ddp"), allow(unused_variables))] peers: Peers<'_>,
+    peers: Peers<'_>,
 ) -> Result<StepGrads<B>, Error> {
     let main = &replicas[0];
     let read_correct =
@@ -296,7 +327,7 @@ fn forward_backward<B: Backend>(
             correct: read_correct(correct),
         });
     }
-    if replicas.len() == 1 {
+    if replicas.len() == 1 && !matches!(peers, Peers::Processes(_)) {
         let out = model.forward(plan.data.batch::<Ad<B>>(false, items, main))?;
         let scaled = scaler.scale_loss(out.loss);
         let grads = GradientsParams::from_grads(scaled.backward(), model);
@@ -306,7 +337,16 @@ fn forward_backward<B: Backend>(
             correct: read_correct(out.correct),
         });
     }
-    let shards = shard(items, replicas.len());
+    let shards = match peers {
+        // This process's devices take their shards of the batch split over every device of
+        // every process (the same shards as one process with all the devices).
+        Peers::Processes(link) => {
+            let (rank, world) = link.place();
+            let all = shard(items, world * replicas.len());
+            all[rank * replicas.len()..][..replicas.len()].to_vec()
+        }
+        _ => shard(items, replicas.len()),
+    };
     let mut accumulator = GradientsAccumulator::<Model<Ad<B>>>::new();
     let mut losses = Vec::with_capacity(shards.len());
     let mut correct: Vec<Tensor<Ad<B>, 1, burn::tensor::Int>> = Vec::new();
@@ -315,7 +355,13 @@ fn forward_backward<B: Backend>(
         let out = replica.forward(plan.data.batch::<Ad<B>>(false, shard, device))?;
         let share = shard.len() as f64 / items.len() as f64;
         let scaled = scaler.scale_loss(out.loss.mul_scalar(share));
-        let grads = GradientsParams::from_grads(scaled.backward(), &replica);
+        let mut grads = GradientsParams::from_grads(scaled.backward(), &replica);
+        if let Peers::Processes(_) = peers {
+            // Summed at the parameters' dtype, as every other sum of the run is (and as
+            // `ddp` sums its replicas): two f16 gradients may overflow where their f32 sum
+            // does not.
+            grads = burn_mpric::cast_grads_to_param_dtype(&replica, grads);
+        }
         accumulator.accumulate(model, grads.to_device(main, model));
         losses.push(scaled.detach().to_device(main));
         // Summed on the main device and read once, so that no replica waits for another.
@@ -372,13 +418,17 @@ where
         plan,
         options,
         resume,
+        link: _,
     } = run;
     let recipe = &plan.recipe;
     let output = recipe.output.as_path();
     let policy = device.policy();
     let in_file = |err: RecipeError| err.in_file(&plan.label);
 
-    std::fs::create_dir_all(output).map_err(|e| Error::io(output, e))?;
+    let is_main = peers.is_main();
+    if is_main {
+        std::fs::create_dir_all(output).map_err(|e| Error::io(output, e))?;
+    }
     let mut model = model.unwrap_or_else(|| {
         Model::<Ad<B>>::init_seeded(&plan.recipe.model, plan.data.dims(), recipe.seed, device)
     });
@@ -415,7 +465,6 @@ where
         recipe.backend.name,
         policy
     );
-    let is_main = peers.is_main();
     if is_main && options.log {
         eprintln!(
             "training {}: {} steps of {} on {} {} ({policy}) -> {}",
@@ -454,11 +503,15 @@ where
         let items = sampler.next_items();
         let predictions = plan.data.predictions(items.len());
         let lr = recipe.schedule.lr(recipe.optimizer.lr(), step, total);
+        let own = forward_backward(plan, &model, &scaler, &items, replicas, peers)?;
         let StepGrads {
             grads,
             scaled_loss,
             correct,
-        } = forward_backward(plan, &model, &scaler, &items, replicas, peers)?;
+        } = match peers {
+            Peers::Processes(link) => link.sum(step, &model, device, own)?,
+            _ => own,
+        };
         let (next, outcome) = match peers {
             #[cfg(feature = "ddp")]
             Peers::Collective { peer, .. } => scaler.step_all_reduced(
@@ -548,6 +601,7 @@ where
                         recipe: recipe.clone(),
                         steps: rows.clone(),
                         eval: evals.clone(),
+                        processes: options.processes.as_ref().map(|p| p.world),
                     };
                     let dtype = policy.param().to_burn();
                     match checkpoint::save(

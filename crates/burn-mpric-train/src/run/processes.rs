@@ -1,0 +1,335 @@
+//! A run of several processes (`mpric train --world N --rank R`, or `mpric launch N`): each
+//! process drives its own devices as one loop (its share of every batch, one shard per
+//! device), and each step the processes sum their gradients, scaled loss and correct count
+//! through burn-mpric-cluster, so that every process steps the same model with the same
+//! gradients and takes the same skip decision. Rank 0 hosts the coordinator on a thread and
+//! is the only process that writes into the output folder.
+
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use burn::optim::GradientsParams;
+use burn::tensor::backend::Backend;
+use burn::tensor::{DType, ElementConversion, FloatDType, Tensor, TensorData};
+use burn_mpric::MpDevice;
+use burn_mpric::scale::{FlatGrads, cast_grads_to_param_dtype};
+use burn_mpric_cluster::{ClusterError, Coordinator, RunSpec, Timeouts, Worker};
+use serde_json::Value;
+
+use crate::error::Error;
+use crate::models::Model;
+use crate::optim::Ad;
+use crate::plan::Plan;
+use crate::run::train::StepGrads;
+
+/// Where the coordinator listens when no address is given: loopback, so that nothing off
+/// this machine can reach it.
+pub const DEFAULT_COORDINATOR: &str = "127.0.0.1:29610";
+
+/// The default for [`Processes::step_timeout`]: with it, a run that lost a process ends on
+/// every other one within 60 s.
+pub const DEFAULT_STEP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// This process's place in a multi-process run.
+///
+/// Every process runs the same recipe with the same `world` and `coordinator`, each with its
+/// own `rank`. Rank 0 listens on `coordinator` (its own thread) and writes the run's metrics,
+/// plots and checkpoints; the others write nothing.
+///
+/// ```
+/// use burn_mpric_train::Processes;
+///
+/// let p = Processes::new(2, 1)?;
+/// assert_eq!(p.coordinator, "127.0.0.1:29610");
+/// assert!(!p.is_writer());
+/// assert!(Processes::new(2, 2).is_err());
+/// # Ok::<(), burn_mpric_train::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Processes {
+    /// The number of processes.
+    pub world: usize,
+    /// This process's rank, `0..world`.
+    pub rank: usize,
+    /// `host:port` of the coordinator, which rank 0 listens on.
+    pub coordinator: String,
+    /// The longest one step may take on any process, rank 0's evaluation and checkpoint
+    /// included; a process silent for longer is given up. Joining may take twice as long.
+    pub step_timeout: Duration,
+}
+
+impl Processes {
+    /// Rank `rank` of `world` processes, with the default coordinator address and timeout.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Usage`] when `world` is 0 or `rank` is not below it.
+    ///
+    /// See [`Processes`] for an example.
+    pub fn new(world: usize, rank: usize) -> Result<Self, Error> {
+        if world == 0 {
+            return Err(Error::Usage(
+                "--world: a run needs at least 1 process".into(),
+            ));
+        }
+        if rank >= world {
+            return Err(Error::Usage(format!(
+                "--rank {rank}: a run of {world} processes has ranks 0 to {}",
+                world - 1
+            )));
+        }
+        Ok(Self {
+            world,
+            rank,
+            coordinator: DEFAULT_COORDINATOR.into(),
+            step_timeout: DEFAULT_STEP_TIMEOUT,
+        })
+    }
+
+    /// Whether this process writes the run's files (rank 0).
+    ///
+    /// See [`Processes`] for an example.
+    pub fn is_writer(&self) -> bool {
+        self.rank == 0
+    }
+
+    /// The waits of the run: a process that never joins is given up after twice the step
+    /// timeout, one that stops answering after the step timeout.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use burn_mpric_train::Processes;
+    ///
+    /// let t = Processes::new(2, 0)?.timeouts();
+    /// assert_eq!((t.step, t.join), (Duration::from_secs(30), Duration::from_secs(60)));
+    /// # Ok::<(), burn_mpric_train::Error>(())
+    /// ```
+    pub fn timeouts(&self) -> Timeouts {
+        Timeouts::new(self.step_timeout)
+    }
+
+    fn error(&self, source: ClusterError) -> Error {
+        Error::Cluster {
+            rank: self.rank,
+            world: self.world,
+            source,
+        }
+    }
+}
+
+/// This process's connection to the run: its worker, and on rank 0 the coordinator's thread.
+pub(crate) struct Link {
+    processes: Processes,
+    worker: Mutex<Worker>,
+    coordinator: Option<JoinHandle<Result<u64, ClusterError>>>,
+}
+
+impl Link {
+    /// Joins the run (rank 0 first starts the coordinator): returns once every process has
+    /// joined with the same `identity`, or with the reason the run does not start.
+    pub(crate) fn join(
+        processes: &Processes,
+        identity: Vec<(String, String)>,
+    ) -> Result<Self, Error> {
+        let mut spec = RunSpec::new(processes.world, identity);
+        spec.timeouts = processes.timeouts();
+        let mut address = processes.coordinator.clone();
+        let coordinator = if processes.is_writer() {
+            let coordinator = Coordinator::bind(&processes.coordinator, spec.clone())
+                .map_err(|e| processes.error(e))?;
+            address = own_address(coordinator.local_addr());
+            Some(std::thread::spawn(move || coordinator.run()))
+        } else {
+            None
+        };
+        let worker =
+            Worker::join(&address, processes.rank, &spec).map_err(|e| processes.error(e))?;
+        Ok(Self {
+            processes: processes.clone(),
+            worker: Mutex::new(worker),
+            coordinator,
+        })
+    }
+
+    /// Says this process is done and waits for the others (and, on rank 0, the coordinator).
+    pub(crate) fn finish(self) -> Result<(), Error> {
+        let processes = self.processes;
+        self.worker
+            .into_inner()
+            .map_err(|_| Error::Internal("a step failed while it held the connection".into()))?
+            .finish()
+            .map_err(|e| processes.error(e))?;
+        if let Some(coordinator) = self.coordinator {
+            match coordinator.join() {
+                Ok(result) => result.map(|_| ()).map_err(|e| processes.error(e))?,
+                Err(_) => return Err(Error::Internal("the coordinator's thread panicked".into())),
+            }
+        }
+        Ok(())
+    }
+
+    /// This process's rank and the number of processes.
+    pub(crate) fn place(&self) -> (usize, usize) {
+        (self.processes.rank, self.processes.world)
+    }
+
+    /// This process's gradients, scaled loss and correct count for `step`, summed with every
+    /// other process's: the gradients at their parameters' dtypes (as burn-collective sums
+    /// them in one process), the loss at f32.
+    pub(crate) fn sum<B: Backend>(
+        &self,
+        step: u64,
+        model: &Model<Ad<B>>,
+        device: &MpDevice<B>,
+        own: StepGrads<B>,
+    ) -> Result<StepGrads<B>, Error> {
+        let failed = |e: burn_mpric::scale::StepError| Error::Step { step, source: e };
+        let grads = cast_grads_to_param_dtype(model, own.grads);
+        let flat = FlatGrads::new(model, grads);
+        let mut values = flat.read().map_err(failed)?;
+        let loss: f32 = own
+            .scaled_loss
+            .inner()
+            .cast(FloatDType::F32)
+            .mean()
+            .into_scalar()
+            .elem();
+        values.push(loss);
+        values.push(own.correct.unwrap_or(0) as f32);
+        let mut summed = self
+            .worker
+            .lock()
+            .map_err(|_| Error::Internal("a step failed while it held the connection".into()))?
+            .all_reduce(step, &values)
+            .map_err(|e| self.processes.error(e))?;
+        let (Some(correct), Some(loss)) = (summed.pop(), summed.pop()) else {
+            return Err(Error::Internal("the summed step has no loss".into()));
+        };
+        let grads: GradientsParams = flat.unflatten(&summed).map_err(failed)?;
+        let data = TensorData::new(vec![loss], [1]);
+        let scaled_loss = Tensor::<Ad<B>, 1>::from_data(data, (device, DType::F32));
+        Ok(StepGrads {
+            grads,
+            scaled_loss,
+            correct: own.correct.map(|_| correct as i64),
+        })
+    }
+}
+
+/// The address rank 0's own worker reaches its coordinator at: the one it listens on, with a
+/// wildcard (`0.0.0.0`, `[::]`) replaced by loopback.
+fn own_address(listening: SocketAddr) -> String {
+    let mut addr = listening;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(if addr.is_ipv4() {
+            std::net::Ipv4Addr::LOCALHOST.into()
+        } else {
+            std::net::Ipv6Addr::LOCALHOST.into()
+        });
+    }
+    addr.to_string()
+}
+
+/// What every process of a run must agree on, field by field: the recipe (its output folder
+/// aside: only rank 0 writes there), the data it loaded, the checkpoint it resumes from and
+/// the program's version.
+pub(crate) fn identity(
+    plan: &Plan,
+    resumed_step: Option<u64>,
+) -> Result<Vec<(String, String)>, Error> {
+    let recipe = plan.recipe.explicit().map_err(|e| e.in_file(&plan.label))?;
+    let mut value = serde_json::to_value(&recipe)
+        .map_err(|e| Error::Internal(format!("recipe is not serializable: {e}")))?;
+    if let Value::Object(map) = &mut value {
+        map.remove("output");
+    }
+    let mut fields = Vec::new();
+    flatten("", &value, &mut fields);
+    fields.push((
+        "data (SHA-256)".into(),
+        plan.data
+            .digest()
+            .map_or("built in".to_string(), |d| d.sha256.clone()),
+    ));
+    fields.push((
+        "the checkpoint resumed".into(),
+        resumed_step.map_or("none (a new run)".to_string(), |s| format!("step {s}")),
+    ));
+    fields.push(("mpric version".into(), env!("CARGO_PKG_VERSION").into()));
+    Ok(fields)
+}
+
+/// `value`'s leaves as (dotted path, JSON text).
+fn flatten(path: &str, value: &Value, out: &mut Vec<(String, String)>) {
+    let join = |key: &str| {
+        if path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{path}.{key}")
+        }
+    };
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map {
+                flatten(&join(key), v, out);
+            }
+        }
+        Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                flatten(&format!("{path}[{i}]"), v, out);
+            }
+            if items.is_empty() {
+                out.push((path.to_string(), "[]".into()));
+            }
+        }
+        leaf => out.push((path.to_string(), leaf.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Recipe;
+
+    #[test]
+    fn the_identity_names_recipe_fields_by_path_and_leaves_the_output_out() {
+        let mut recipe = Recipe::example();
+        let plan = Plan::new(recipe.clone(), "r").unwrap();
+        let fields = identity(&plan, None).unwrap();
+        let find = |key: &str| {
+            fields
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.clone())
+        };
+        assert_eq!(find("seed"), Some(recipe.seed.to_string()));
+        assert!(find("output").is_none());
+        assert_eq!(find("the checkpoint resumed").unwrap(), "none (a new run)");
+
+        recipe.output = "elsewhere".into();
+        let moved = identity(&Plan::new(recipe.clone(), "r").unwrap(), None).unwrap();
+        assert_eq!(
+            moved, fields,
+            "the output folder may differ between machines"
+        );
+        recipe.seed += 1;
+        let other = identity(&Plan::new(recipe, "r").unwrap(), None).unwrap();
+        let spec = RunSpec::new(2, fields);
+        assert_eq!(
+            spec.difference(&other).unwrap(),
+            format!(
+                "`seed` is {} in the run and {} here",
+                find("seed").unwrap(),
+                other.iter().find(|(k, _)| k == "seed").unwrap().1
+            )
+        );
+    }
+
+    #[test]
+    fn rank_zero_reaches_a_wildcard_listener_on_loopback() {
+        assert_eq!(own_address("0.0.0.0:7".parse().unwrap()), "127.0.0.1:7");
+        assert_eq!(own_address("10.1.2.3:7".parse().unwrap()), "10.1.2.3:7");
+    }
+}
