@@ -24,7 +24,7 @@ enum Arrival {
     Refused { rank: usize, reason: String },
 }
 
-/// The coordinator of a run: rank 0's process starts it on a thread, or it runs on its own.
+/// The coordinator of a run: rank 0's process starts it on a thread.
 ///
 /// It listens on the address it is given (callers default to loopback); every connection
 /// must say who it is within the handshake timeout and agree with the run's [`RunSpec`], or
@@ -182,13 +182,13 @@ fn handshake(mut stream: TcpStream, spec: &RunSpec, joins: &SyncSender<Arrival>)
     };
     if let Some(reason) = mismatch {
         eprintln!("mpric cluster: refused rank {rank} from {peer}: {reason}");
+        // The refused process hears it first: the run's own processes may exit as soon as
+        // they hear of it, closing this connection with them.
+        refuse(stream, reason.clone());
         // Before the run starts, the run stops with it (every rank hears why); once it has
         // started, only this connection is turned away.
-        let _ = joins.send(Arrival::Refused {
-            rank,
-            reason: reason.clone(),
-        });
-        return refuse(stream, reason);
+        let _ = joins.send(Arrival::Refused { rank, reason });
+        return;
     }
     let _ = stream.set_read_timeout(None);
     let Ok(duplicate) = stream.try_clone() else {

@@ -38,15 +38,15 @@ pub enum ClusterError {
         reason: String,
     },
     /// The coordinator stopped the run because another rank was lost (worker side).
-    #[error("the run was stopped: rank {rank} was lost: {reason}")]
+    #[error("the run was stopped: rank {rank} {}", lost_clause(reason))]
     Aborted {
         /// The rank that was lost.
         rank: usize,
         /// What happened to it.
         reason: String,
     },
-    /// The connection to the coordinator (rank 0's process, or its own) failed (worker side).
-    #[error("lost the coordinator at {addr}: {reason}")]
+    /// The connection to the coordinator (hosted by rank 0's process) failed (worker side).
+    #[error("lost rank 0, the coordinator at {addr}: {reason}")]
     CoordinatorLost {
         /// The coordinator's address.
         addr: String,
@@ -90,6 +90,15 @@ pub(crate) fn seconds(d: Duration) -> String {
         format!("{s:.0} s")
     } else {
         format!("{s:.1} s")
+    }
+}
+
+/// What happened to an aborted run's rank, as the clause after its number.
+fn lost_clause(reason: &str) -> String {
+    if reason.starts_with("did not join") {
+        reason.to_string()
+    } else {
+        format!("was lost: {reason}")
     }
 }
 

@@ -1,5 +1,5 @@
 //! The transport of burn-mpric's multi-process data-parallel training: a [`Coordinator`]
-//! (rank 0's process runs it on a thread, or it runs on its own) and one [`Worker`] per
+//! (rank 0's process runs it on a thread) and one [`Worker`] per
 //! rank, over TCP.
 //!
 //! What it guarantees, whatever the other processes do:
