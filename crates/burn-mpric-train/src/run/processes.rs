@@ -233,11 +233,12 @@ fn own_address(listening: SocketAddr) -> String {
 }
 
 /// What every process of a run must agree on, field by field: the recipe (its output folder
-/// aside: only rank 0 writes there), the data it loaded, the checkpoint it resumes from and
-/// the program's version.
+/// aside: only rank 0 writes there), the data it loaded, the checkpoint it resumes from, the
+/// step it stops at (`--until`) and the program's version.
 pub(crate) fn identity(
     plan: &Plan,
     resumed_step: Option<u64>,
+    until: Option<u64>,
 ) -> Result<Vec<(String, String)>, Error> {
     let recipe = plan.recipe.explicit().map_err(|e| e.in_file(&plan.label))?;
     let mut value = serde_json::to_value(&recipe)
@@ -256,6 +257,10 @@ pub(crate) fn identity(
     fields.push((
         "the checkpoint resumed".into(),
         resumed_step.map_or("none (a new run)".to_string(), |s| format!("step {s}")),
+    ));
+    fields.push((
+        "--until".into(),
+        until.map_or("not given".to_string(), |u| u.to_string()),
     ));
     fields.push(("mpric version".into(), env!("CARGO_PKG_VERSION").into()));
     Ok(fields)
@@ -297,7 +302,7 @@ mod tests {
     fn the_identity_names_recipe_fields_by_path_and_leaves_the_output_out() {
         let mut recipe = Recipe::example();
         let plan = Plan::new(recipe.clone(), "r").unwrap();
-        let fields = identity(&plan, None).unwrap();
+        let fields = identity(&plan, None, None).unwrap();
         let find = |key: &str| {
             fields
                 .iter()
@@ -309,14 +314,14 @@ mod tests {
         assert_eq!(find("the checkpoint resumed").unwrap(), "none (a new run)");
 
         recipe.output = "elsewhere".into();
-        let moved = identity(&Plan::new(recipe.clone(), "r").unwrap(), None).unwrap();
+        let moved = identity(&Plan::new(recipe.clone(), "r").unwrap(), None, None).unwrap();
         assert_eq!(
             moved, fields,
             "the output folder may differ between machines"
         );
         let seed = recipe.seed;
         recipe.seed += 1;
-        let other = identity(&Plan::new(recipe, "r").unwrap(), None).unwrap();
+        let other = identity(&Plan::new(recipe, "r").unwrap(), None, None).unwrap();
         assert_eq!(
             RunSpec::new(2, fields).difference(&other).unwrap(),
             format!("`seed` is {seed} in the run and {} here", seed + 1)

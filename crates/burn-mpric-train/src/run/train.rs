@@ -161,7 +161,10 @@ pub fn train(plan: &Plan, options: &TrainOptions) -> Result<Summary, Error> {
     let link = match &options.processes {
         Some(p) => {
             let resumed = resume.as_ref().map(|(c, _)| c.step);
-            Some(Link::join(p, processes::identity(plan, resumed)?)?)
+            Some(Link::join(
+                p,
+                processes::identity(plan, resumed, options.until)?,
+            )?)
         }
         None => None,
     };

@@ -164,6 +164,35 @@ fn two_processes_take_the_in_process_ddp_run_s_steps_bit_for_bit_and_only_rank_0
     );
 }
 
+/// The same recipe in one process and in two: at f32 the two shards' gradients add up to the
+/// whole batch's within rounding, so the curves agree to a few units in the last place.
+#[test]
+fn two_processes_follow_the_one_process_run_of_the_same_recipe() {
+    let dir = fresh_dir("processes-curve");
+    let text = recipe(60, 30, "[0]", "").replace("\"mixed_f16\"", "\"f32\"");
+    let path = write_recipe(&dir, "r.toml", &text);
+    let path = path.to_str().unwrap();
+    run_ok(&dir, &["train", path, "-q", "--set", "output=one"]);
+    run_ok(&dir, &["launch", "2", path, "-q", "--set", "output=two"]);
+    let (a, b) = (metrics(&dir.join("one")), metrics(&dir.join("two")));
+    assert_eq!(a.steps.len(), 60);
+    assert_eq!(a.steps.len(), b.steps.len());
+    let close = |p: f32, q: f32| (p - q).abs() <= 1e-5 * p.abs().max(1e-3);
+    for (x, y) in a.steps.iter().zip(&b.steps) {
+        assert_eq!((x.skipped, x.loss_scale), (y.skipped, y.loss_scale));
+        assert!(
+            close(x.loss.unwrap(), y.loss.unwrap()),
+            "step {}: {:?} {:?}",
+            x.step,
+            x.loss,
+            y.loss
+        );
+    }
+    for (x, y) in a.eval.iter().zip(&b.eval) {
+        assert!(close(x.loss.unwrap(), y.loss.unwrap()), "{x:?} {y:?}");
+    }
+}
+
 /// burn-collective's tree all-reduce takes the replicas in the order of a `HashMap` (a
 /// different order in each process), so a 4-replica `ddp` run's sums round differently from
 /// run to run; the processes add in rank order. Every decision is the same, the loss within
