@@ -3,6 +3,7 @@
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, SyncSender};
 use std::time::{Duration, Instant};
 
@@ -130,12 +131,35 @@ impl Coordinator {
 
 /// Accepts connections for as long as the process lives; each says hello on its own thread,
 /// so a silent or slow connection holds up nobody.
+/// A flood of connections (a port scan) is turned away beyond this many handshakes at once,
+/// besides one per rank.
+const MAX_STRAY_HANDSHAKES: usize = 256;
+
 fn accept_in_background(listener: TcpListener, spec: Arc<RunSpec>, joins: SyncSender<Arrival>) {
+    let handshaking = Arc::new(AtomicUsize::new(0));
+    let limit = spec.world.saturating_add(MAX_STRAY_HANDSHAKES);
     std::thread::spawn(move || {
         for stream in listener.incoming() {
-            let Ok(stream) = stream else { continue };
-            let (spec, joins) = (spec.clone(), joins.clone());
-            std::thread::spawn(move || handshake(stream, &spec, &joins));
+            let stream = match stream {
+                Ok(stream) => stream,
+                // Out of file descriptors, say: wait rather than spin.
+                Err(_) => {
+                    std::thread::sleep(Duration::from_millis(50));
+                    continue;
+                }
+            };
+            if handshaking.fetch_add(1, Ordering::SeqCst) >= limit {
+                handshaking.fetch_sub(1, Ordering::SeqCst);
+                continue;
+            }
+            let (spec, joins, count) = (spec.clone(), joins.clone(), handshaking.clone());
+            let spawned = std::thread::Builder::new().spawn(move || {
+                handshake(stream, &spec, &joins);
+                count.fetch_sub(1, Ordering::SeqCst);
+            });
+            if spawned.is_err() {
+                handshaking.fetch_sub(1, Ordering::SeqCst);
+            }
         }
     });
 }
@@ -273,9 +297,10 @@ fn tell_all(slots: &mut [Option<Joined>], control: &Control) {
     }
 }
 
-/// Tells every rank but `lost` that `lost` is gone; the error to return.
+/// Tells every rank that `lost` is gone (`lost` too, when it is only slow, so that it says
+/// why it stopped); the error to return.
 fn abort(ranks: &mut [Joined], lost: usize, reason: String) -> ClusterError {
-    for join in ranks.iter_mut().filter(|j| j.rank != lost) {
+    for join in ranks.iter_mut() {
         let _ = join.stream.set_write_timeout(Some(Duration::from_secs(1)));
         let _ = write_control(
             &mut join.stream,
@@ -291,13 +316,26 @@ fn abort(ranks: &mut [Joined], lost: usize, reason: String) -> ClusterError {
 fn step_loop(spec: &RunSpec, ranks: &mut [Joined]) -> Result<u64, ClusterError> {
     let mut steps = 0;
     loop {
+        // One deadline for the whole step: every rank started it when the previous sum went
+        // out, so a healthy rank has sent it by then, and a worker waiting for the answer
+        // (`Timeouts::reply`) hears which rank was lost before it gives up. The first step
+        // also starts the devices and loads the model.
+        let allowed = if steps == 0 {
+            spec.timeouts.first_step()
+        } else {
+            spec.timeouts.step
+        };
+        let deadline = Instant::now() + allowed;
         let mut sum: Option<(u64, Vec<f32>)> = None;
         let mut done = Vec::new();
         for i in 0..ranks.len() {
             let rank = ranks[i].rank;
+            let left = deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1));
             let read = ranks[i]
                 .stream
-                .set_read_timeout(Some(spec.timeouts.step))
+                .set_read_timeout(Some(left))
                 .map_err(FrameError::Io)
                 .and_then(|()| read_frame(&mut ranks[i].stream, spec.max_values));
             match read {
@@ -321,7 +359,7 @@ fn step_loop(spec: &RunSpec, ranks: &mut [Joined]) -> Result<u64, ClusterError> 
                 }
                 Err(e) => {
                     let reason = if e.is_timeout() {
-                        format!("sent nothing for {}", seconds(spec.timeouts.step))
+                        format!("did not finish its step within {}", seconds(allowed))
                     } else {
                         e.to_string()
                     };
@@ -346,8 +384,14 @@ fn step_loop(spec: &RunSpec, ranks: &mut [Joined]) -> Result<u64, ClusterError> 
         let Some((step, total)) = sum else {
             continue;
         };
+        // Every rank is waiting for this answer: the sends share one deadline, half a step,
+        // which a worker's reply wait leaves room for.
+        let deadline = Instant::now() + (spec.timeouts.step / 2).max(Duration::from_secs(1));
         for i in 0..ranks.len() {
-            let _ = ranks[i].stream.set_write_timeout(Some(spec.timeouts.step));
+            let left = deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1));
+            let _ = ranks[i].stream.set_write_timeout(Some(left));
             if let Err(e) = write_values(&mut ranks[i].stream, step, &total) {
                 let rank = ranks[i].rank;
                 return Err(abort(ranks, rank, e.to_string()));

@@ -3,25 +3,30 @@
 
 use std::time::Duration;
 
-/// How long the coordinator and the workers wait. The defaults bound every wait of a run
-/// that lost a rank by 60 s: a rank that never joins is given up after `join`; a rank that
-/// stops answering mid-run after `step` (a killed process closes its connection, which is
-/// seen at once); a worker gives up on the coordinator after [`Timeouts::reply`].
+/// How long the coordinator and the workers wait. With the defaults no wait of a run that
+/// lost a rank passes 55 s: a rank that never joins is given up after `join` (50 s; a worker
+/// waits [`Timeouts::worker_join`], 55 s, from its own start); a rank that has not sent a
+/// step `step` after the step began (25 s; the first step [`Timeouts::first_step`], 37.5 s;
+/// a killed process closes its connection, which is seen at once); a worker gives up on the
+/// coordinator after [`Timeouts::reply`] (39.5 s; the first step
+/// [`Timeouts::first_reply`], 52 s).
 ///
 /// ```
 /// use std::time::Duration;
 /// use burn_mpric_cluster::Timeouts;
 ///
 /// let t = Timeouts::default();
-/// assert_eq!((t.join, t.step), (Duration::from_secs(60), Duration::from_secs(30)));
-/// assert!(t.reply() <= Duration::from_secs(60));
+/// assert_eq!((t.join, t.step), (Duration::from_secs(50), Duration::from_secs(25)));
+/// assert_eq!(t.worker_join(), Duration::from_secs(55));
+/// assert!(t.reply() < t.worker_join());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timeouts {
     /// From the coordinator's start until every rank has joined.
     pub join: Duration,
-    /// The longest a rank may take between two of its messages once the run started: one
-    /// training step.
+    /// The longest a step may take once the run started, from the moment the coordinator
+    /// sent the previous sum (or the welcome) until every rank has sent this step's values:
+    /// one training step on the slowest rank.
     pub step: Duration,
     /// The longest a new connection may take to say who it is.
     pub handshake: Duration,
@@ -29,7 +34,7 @@ pub struct Timeouts {
 
 impl Default for Timeouts {
     fn default() -> Self {
-        Self::new(Duration::from_secs(30))
+        Self::new(Duration::from_secs(25))
     }
 }
 
@@ -62,6 +67,48 @@ impl Timeouts {
     /// ```
     pub fn reply(&self) -> Duration {
         self.step + self.step / 2 + Duration::from_secs(2)
+    }
+
+    /// The first step's budget: one and a half steps, as it also starts the devices and
+    /// loads the model (kernel compilation, a checkpoint).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use burn_mpric_cluster::Timeouts;
+    ///
+    /// assert_eq!(Timeouts::new(Duration::from_secs(20)).first_step(), Duration::from_secs(30));
+    /// ```
+    pub fn first_step(&self) -> Duration {
+        self.step + self.step / 2
+    }
+
+    /// How long a worker waits for the answer to its first step: longer than
+    /// [`first_step`](Self::first_step) by the same margin as [`reply`](Self::reply).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use burn_mpric_cluster::Timeouts;
+    ///
+    /// let t = Timeouts::new(Duration::from_secs(25));
+    /// assert_eq!(t.first_reply(), Duration::from_secs(52));
+    /// ```
+    pub fn first_reply(&self) -> Duration {
+        self.first_step() + self.step / 2 + Duration::from_secs(2)
+    }
+
+    /// How long a worker tries to join, from its start: the join timeout and a tenth of it
+    /// (at most 5 s more), so that a worker started with the coordinator hears which rank
+    /// never came before it gives up.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use burn_mpric_cluster::Timeouts;
+    ///
+    /// let t = Timeouts::new(Duration::from_secs(1));
+    /// assert_eq!(t.worker_join(), Duration::from_millis(2200));
+    /// ```
+    pub fn worker_join(&self) -> Duration {
+        self.join + (self.join / 10).min(Duration::from_secs(5))
     }
 }
 

@@ -1,6 +1,7 @@
 //! [`Worker`]: one rank's side of a run: join, then one all-reduce per step.
 
-use std::net::TcpStream;
+use std::io;
+use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use crate::error::{ClusterError, seconds};
@@ -15,6 +16,8 @@ pub struct Worker {
     rank: usize,
     addr: String,
     spec: RunSpec,
+    /// Steps answered so far (the first one has a longer budget).
+    answered: u64,
 }
 
 impl Worker {
@@ -40,13 +43,14 @@ impl Worker {
     /// assert!(matches!(err, ClusterError::CoordinatorLost { .. }), "{err}");
     /// ```
     pub fn join(addr: &str, rank: usize, spec: &RunSpec) -> Result<Self, ClusterError> {
-        let deadline = Instant::now() + spec.timeouts.join;
+        let started = Instant::now();
+        let deadline = started + spec.timeouts.join;
         let lost = |reason: String| ClusterError::CoordinatorLost {
             addr: addr.to_string(),
             reason,
         };
         let mut stream = loop {
-            match TcpStream::connect(addr) {
+            match connect_before(addr, deadline) {
                 Ok(stream) => break stream,
                 Err(e) if Instant::now() >= deadline => {
                     return Err(lost(format!(
@@ -65,12 +69,14 @@ impl Worker {
         };
         write_control(&mut stream, &hello).map_err(|e| lost(e.to_string()))?;
         // The coordinator answers when every rank is in, or when it gives up on one.
-        let wait = deadline.saturating_duration_since(Instant::now()) + Duration::from_secs(5);
+        let wait =
+            (started + spec.timeouts.worker_join()).saturating_duration_since(Instant::now());
         let mut worker = Self {
             stream,
             rank,
             addr: addr.to_string(),
             spec: spec.clone(),
+            answered: 0,
         };
         match worker.read(wait)? {
             Frame::Control(Control::Welcome) => Ok(worker),
@@ -96,10 +102,25 @@ impl Worker {
     ///
     /// See [`Coordinator`](crate::Coordinator) for an example.
     pub fn all_reduce(&mut self, step: u64, values: &[f32]) -> Result<Vec<f32>, ClusterError> {
+        if values.len() > self.spec.max_values {
+            return Err(ClusterError::Config(format!(
+                "a step of {} values is more than the run's limit of {} (RunSpec::max_values)",
+                values.len(),
+                self.spec.max_values
+            )));
+        }
         let _ = self.stream.set_write_timeout(Some(self.spec.timeouts.step));
         write_values(&mut self.stream, step, values).map_err(|e| self.lost(e.to_string()))?;
-        match self.read(self.spec.timeouts.reply())? {
-            Frame::Values { step: at, values } if at == step => Ok(values),
+        let wait = if self.answered == 0 {
+            self.spec.timeouts.first_reply()
+        } else {
+            self.spec.timeouts.reply()
+        };
+        match self.read(wait)? {
+            Frame::Values { step: at, values } if at == step => {
+                self.answered += 1;
+                Ok(values)
+            }
             other => Err(self.unexpected(other)),
         }
     }
@@ -151,4 +172,21 @@ impl Worker {
             },
         }
     }
+}
+
+/// One attempt to connect to `addr` that ends by `deadline`: every address it resolves to is
+/// tried with the time left (a host that drops packets would hold a plain connect for minutes).
+fn connect_before(addr: &str, deadline: Instant) -> io::Result<TcpStream> {
+    let mut last = io::Error::new(io::ErrorKind::NotFound, "the address resolves to nothing");
+    for candidate in addr.to_socket_addrs()? {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "out of time"));
+        }
+        match TcpStream::connect_timeout(&candidate, left) {
+            Ok(stream) => return Ok(stream),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
 }

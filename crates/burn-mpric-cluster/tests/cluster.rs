@@ -120,18 +120,20 @@ fn a_silent_rank_is_given_up_after_the_step_timeout() {
     let silent = {
         let (addr, spec) = (addr.clone(), spec.clone());
         thread::spawn(move || {
-            let worker = Worker::join(&addr, 1, &spec).unwrap();
+            let mut worker = Worker::join(&addr, 1, &spec).unwrap();
+            worker.all_reduce(1, &[1.0]).unwrap();
             // Alive but hung: holds its connection and sends nothing.
             thread::sleep(Duration::from_secs(3));
             drop(worker);
         })
     };
     let mut worker = Worker::join(&addr, 0, &spec).unwrap();
+    assert_eq!(worker.all_reduce(1, &[1.0]).unwrap(), [2.0]);
     let t0 = Instant::now();
-    let err = worker.all_reduce(1, &[1.0]).unwrap_err();
+    let err = worker.all_reduce(2, &[1.0]).unwrap_err();
     let waited = t0.elapsed();
     assert!(
-        matches!(&err, ClusterError::Aborted { rank: 1, reason } if reason == "sent nothing for 1 s"),
+        matches!(&err, ClusterError::Aborted { rank: 1, reason } if reason == "did not finish its step within 1 s"),
         "{err}"
     );
     assert!(

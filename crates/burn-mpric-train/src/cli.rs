@@ -12,7 +12,7 @@ use crate::error::Error;
 use crate::launch::launch;
 use crate::plan::Plan;
 use crate::recipe::{BackendConfig, BackendName};
-use crate::run::{Processes, Summary, TrainOptions, train};
+use crate::run::{MIN_STEP_TIMEOUT, Processes, Summary, TrainOptions, train};
 
 /// Train Burn models from recipe files, with mixed precision.
 #[derive(Debug, Parser)]
@@ -97,7 +97,7 @@ pub(crate) struct TrainArgs {
         long,
         env = "MPRIC_TIMEOUT",
         value_name = "SECONDS",
-        default_value_t = 30.0
+        default_value_t = crate::run::DEFAULT_STEP_TIMEOUT.as_secs_f64()
     )]
     pub(crate) timeout: f64,
 }
@@ -248,8 +248,9 @@ pub(crate) fn run(cli: Cli) -> Result<(), Error> {
 }
 
 /// This process's place in a multi-process run, from the flags, `MPRIC_*` (read by clap) or,
-/// when neither gives the world size, SLURM's `SLURM_NTASKS` and `SLURM_PROCID`; `None` for a
-/// run of one process.
+/// when neither gives the world size, from a task of an `srun` step (`SLURM_STEP_NUM_TASKS`,
+/// `SLURM_PROCID`; a batch script outside `srun` sets `SLURM_NTASKS` and `SLURM_PROCID` for
+/// its one process, which must stay a run of one); `None` for a run of one process.
 fn processes(
     args: &TrainArgs,
     env: impl Fn(&str) -> Option<String>,
@@ -264,9 +265,14 @@ fn processes(
             }),
         }
     };
-    let under_slurm = args.world.is_none() && env("SLURM_PROCID").is_some();
-    let (world, rank) = if under_slurm {
-        (slurm("SLURM_NTASKS")?, args.rank.or(slurm("SLURM_PROCID")?))
+    let under_srun = args.world.is_none()
+        && env("SLURM_STEP_NUM_TASKS").is_some()
+        && env("SLURM_PROCID").is_some();
+    let (world, rank) = if under_srun {
+        (
+            slurm("SLURM_STEP_NUM_TASKS")?,
+            args.rank.or(slurm("SLURM_PROCID")?),
+        )
     } else {
         (args.world, args.rank)
     };
@@ -287,9 +293,10 @@ fn processes(
             world.saturating_sub(1)
         ))
     })?;
-    if !(args.timeout.is_finite() && args.timeout > 0.0 && args.timeout <= 86_400.0) {
+    let shortest = MIN_STEP_TIMEOUT.as_secs_f64();
+    if !(args.timeout.is_finite() && args.timeout >= shortest && args.timeout <= 86_400.0) {
         return Err(Error::Usage(format!(
-            "--timeout {}: expected seconds between 0 and 86400",
+            "--timeout {}: expected seconds from {shortest} to 86400",
             args.timeout
         )));
     }
@@ -391,4 +398,65 @@ fn explain_policy(args: &PolicyArgs) -> Result<(), Error> {
     }
     emit(&o);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::{Cli, Command, processes};
+
+    fn train_args(args: &[&str]) -> super::TrainArgs {
+        let mut all = vec!["mpric", "train", "r.toml"];
+        all.extend(args);
+        match Cli::try_parse_from(all).unwrap().command {
+            Command::Train(args) => args,
+            _ => unreachable!("parsed as train"),
+        }
+    }
+
+    #[test]
+    fn an_srun_task_is_a_rank_and_a_batch_script_is_one_process() {
+        let srun = |key: &str| match key {
+            "SLURM_STEP_NUM_TASKS" => Some("4".to_string()),
+            "SLURM_NTASKS" => Some("4".to_string()),
+            "SLURM_PROCID" => Some("2".to_string()),
+            _ => None,
+        };
+        let p = processes(&train_args(&[]), srun).unwrap().unwrap();
+        assert_eq!((p.world, p.rank), (4, 2));
+        // The flags win over SLURM.
+        let p = processes(&train_args(&["--world", "2", "--rank", "1"]), srun)
+            .unwrap()
+            .unwrap();
+        assert_eq!((p.world, p.rank), (2, 1));
+        // A batch script's own process (no srun step): one process.
+        let batch = |key: &str| srun(key).filter(|_| key != "SLURM_STEP_NUM_TASKS");
+        assert!(processes(&train_args(&[]), batch).unwrap().is_none());
+        let garbled =
+            |key: &str| srun(key).map(|v| if key == "SLURM_PROCID" { "x".into() } else { v });
+        let err = processes(&train_args(&[]), garbled)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("SLURM_PROCID=x"), "{err}");
+    }
+
+    #[test]
+    fn a_timeout_below_the_shortest_is_refused() {
+        let none = |_: &str| None;
+        let err = processes(
+            &train_args(&["--world", "2", "--rank", "0", "--timeout", "1e-12"]),
+            none,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("expected seconds from 0.1 to 86400"), "{err}");
+        let p = processes(
+            &train_args(&["--world", "2", "--rank", "0", "--timeout", "0.5"]),
+            none,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(p.step_timeout, std::time::Duration::from_millis(500));
+    }
 }

@@ -10,6 +10,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::error::Error;
+use crate::run::MAX_PROCESSES;
 
 /// Flags the launcher sets itself.
 const SET_BY_LAUNCHER: [&str; 3] = ["--world", "--rank", "--coordinator"];
@@ -17,10 +18,10 @@ const SET_BY_LAUNCHER: [&str; 3] = ["--world", "--rank", "--coordinator"];
 /// Runs `processes` processes of `mpric train <train...>` with a coordinator on
 /// `127.0.0.1:port` (a free port when `None`) and waits for all of them.
 pub(crate) fn launch(processes: usize, port: Option<u16>, train: &[String]) -> Result<(), Error> {
-    if processes == 0 {
-        return Err(Error::Usage(
-            "launch: a run needs at least 1 process".into(),
-        ));
+    if processes == 0 || processes > MAX_PROCESSES {
+        return Err(Error::Usage(format!(
+            "launch {processes}: a run has 1 to {MAX_PROCESSES} processes"
+        )));
     }
     if let Some(flag) = train.iter().find(|a| {
         SET_BY_LAUNCHER

@@ -45,4 +45,7 @@ mod run;
 pub use error::{Error, RecipeError};
 pub use plan::{BackendCheck, Plan};
 pub use recipe::Recipe;
-pub use run::{DEFAULT_COORDINATOR, DEFAULT_STEP_TIMEOUT, Processes, Summary, TrainOptions, train};
+pub use run::{
+    DEFAULT_COORDINATOR, DEFAULT_STEP_TIMEOUT, MAX_PROCESSES, MIN_STEP_TIMEOUT, Processes, Summary,
+    TrainOptions, train,
+};

@@ -4,6 +4,7 @@
 
 #[cfg(feature = "ddp")]
 mod ddp;
+pub(crate) mod grads;
 pub(crate) mod lock;
 pub(crate) mod processes;
 pub(crate) mod resume;
@@ -18,7 +19,9 @@ use crate::optim::with_optimizer;
 use crate::recipe::{BackendName, Strategy};
 use train::{Loop, Peers, Run};
 
-pub use processes::{DEFAULT_COORDINATOR, DEFAULT_STEP_TIMEOUT, Processes};
+pub use processes::{
+    DEFAULT_COORDINATOR, DEFAULT_STEP_TIMEOUT, MAX_PROCESSES, MIN_STEP_TIMEOUT, Processes,
+};
 pub use train::{Summary, TrainOptions, train};
 
 /// A run on its devices: one loop over all of them (`multi_device`, one device, or this

@@ -17,20 +17,31 @@ use burn_mpric::MpDevice;
 use burn_mpric::scale::{FlatGrads, cast_grads_to_param_dtype};
 use burn_mpric_cluster::{ClusterError, Coordinator, RunSpec, Timeouts, Worker};
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
+use crate::checkpoint::Checkpoint;
+use crate::checkpoint::manifest::MANIFEST_FILE;
 use crate::error::Error;
 use crate::models::Model;
 use crate::optim::Ad;
 use crate::plan::Plan;
-use crate::run::train::StepGrads;
+use crate::run::grads::StepGrads;
 
 /// Where the coordinator listens when no address is given: loopback, so that nothing off
 /// this machine can reach it.
 pub const DEFAULT_COORDINATOR: &str = "127.0.0.1:29610";
 
+/// The most processes a run may have: the coordinator holds a connection and a thread's
+/// handshake per process.
+pub const MAX_PROCESSES: usize = 1024;
+
+/// The shortest [`Processes::step_timeout`].
+pub const MIN_STEP_TIMEOUT: Duration = Duration::from_millis(100);
+
 /// The default for [`Processes::step_timeout`]: with it, a run that lost a process ends on
-/// every other one within 60 s.
-pub const DEFAULT_STEP_TIMEOUT: Duration = Duration::from_secs(30);
+/// every other one within 55 s (a process that never joins: 50 s after rank 0 started
+/// waiting, 55 s after another process did).
+pub const DEFAULT_STEP_TIMEOUT: Duration = Duration::from_secs(25);
 
 /// This process's place in a multi-process run.
 ///
@@ -65,14 +76,15 @@ impl Processes {
     ///
     /// # Errors
     ///
-    /// [`Error::Usage`] when `world` is 0 or `rank` is not below it.
+    /// [`Error::Usage`] when `world` is 0 or above [`MAX_PROCESSES`], or `rank` is not below
+    /// it.
     ///
     /// See [`Processes`] for an example.
     pub fn new(world: usize, rank: usize) -> Result<Self, Error> {
-        if world == 0 {
-            return Err(Error::Usage(
-                "--world: a run needs at least 1 process".into(),
-            ));
+        if world == 0 || world > MAX_PROCESSES {
+            return Err(Error::Usage(format!(
+                "--world {world}: a run has 1 to {MAX_PROCESSES} processes"
+            )));
         }
         if rank >= world {
             return Err(Error::Usage(format!(
@@ -86,6 +98,30 @@ impl Processes {
             coordinator: DEFAULT_COORDINATOR.into(),
             step_timeout: DEFAULT_STEP_TIMEOUT,
         })
+    }
+
+    /// Errors unless every process's `devices` each get at least one sample of a batch of
+    /// `batch_size`.
+    ///
+    /// ```
+    /// use burn_mpric_train::Processes;
+    ///
+    /// let p = Processes::new(4, 0)?;
+    /// assert!(p.fits(2, 8).is_ok());
+    /// assert!(p.fits(2, 7).unwrap_err().to_string().contains("batch_size of at least 8"));
+    /// # Ok::<(), burn_mpric_train::Error>(())
+    /// ```
+    pub fn fits(&self, devices: usize, batch_size: usize) -> Result<(), Error> {
+        let replicas = self.world.saturating_mul(devices.max(1));
+        if replicas > batch_size {
+            return Err(Error::Usage(format!(
+                "--world {}: {} processes of {} device(s) need a batch_size of at least {replicas} (one sample per device), the recipe has {batch_size}",
+                self.world,
+                self.world,
+                devices.max(1)
+            )));
+        }
+        Ok(())
     }
 
     /// Whether this process writes the run's files (rank 0).
@@ -103,7 +139,7 @@ impl Processes {
     /// use burn_mpric_train::Processes;
     ///
     /// let t = Processes::new(2, 0)?.timeouts();
-    /// assert_eq!((t.step, t.join), (Duration::from_secs(30), Duration::from_secs(60)));
+    /// assert_eq!((t.step, t.join), (Duration::from_secs(25), Duration::from_secs(50)));
     /// # Ok::<(), burn_mpric_train::Error>(())
     /// ```
     pub fn timeouts(&self) -> Timeouts {
@@ -237,7 +273,7 @@ fn own_address(listening: SocketAddr) -> String {
 /// step it stops at (`--until`) and the program's version.
 pub(crate) fn identity(
     plan: &Plan,
-    resumed_step: Option<u64>,
+    resumed: Option<&Checkpoint>,
     until: Option<u64>,
 ) -> Result<Vec<(String, String)>, Error> {
     let recipe = plan.recipe.explicit().map_err(|e| e.in_file(&plan.label))?;
@@ -254,10 +290,17 @@ pub(crate) fn identity(
             .digest()
             .map_or("built in".to_string(), |d| d.sha256.clone()),
     ));
-    fields.push((
-        "the checkpoint resumed".into(),
-        resumed_step.map_or("none (a new run)".to_string(), |s| format!("step {s}")),
-    ));
+    let resumed = match resumed {
+        None => "none (a new run)".to_string(),
+        // Its manifest lists every file's SHA-256: two copies that differ differ here.
+        Some(found) => {
+            let path = found.dir.join(MANIFEST_FILE);
+            let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
+            let digest = format!("{:x}", Sha256::digest(&bytes));
+            format!("step {} (manifest SHA-256 {})", found.step, &digest[..16])
+        }
+    };
+    fields.push(("the checkpoint resumed".into(), resumed));
     fields.push((
         "--until".into(),
         until.map_or("not given".to_string(), |u| u.to_string()),

@@ -11,7 +11,7 @@ use burn::module::{AutodiffModule, Module};
 use burn::optim::{GradientsAccumulator, GradientsParams, Optimizer};
 use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Tensor};
-use burn_mpric::scale::LossScaler;
+use burn_mpric::scale::{LossScaler, cast_grads_to_param_dtype};
 use burn_mpric::{BurnDType, FloatDType, MixedPrecision, MpDevice, Policy, ResolvedPolicy};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -24,6 +24,7 @@ use crate::optim::{Ad, OptimizerTask};
 use crate::plan::Plan;
 use crate::report::metrics::{self, EvalRow, MetricsFile, StepRow};
 use crate::report::plot;
+use crate::run::grads::StepGrads;
 use crate::run::lock::RunLock;
 use crate::run::processes::{self, Link, Processes};
 use crate::run::resume;
@@ -116,6 +117,12 @@ pub struct Summary {
 /// ```
 pub fn train(plan: &Plan, options: &TrainOptions) -> Result<Summary, Error> {
     let output = plan.recipe.output.clone();
+    if let Some(p) = &options.processes {
+        p.fits(
+            plan.recipe.backend.device_list().len(),
+            plan.recipe.batch_size,
+        )?;
+    }
     // One writer per output folder: in a multi-process run, rank 0, which holds the lock
     // until the run returns; the other processes read a checkpoint at most.
     let writer = options.processes.as_ref().is_none_or(Processes::is_writer);
@@ -160,7 +167,7 @@ pub fn train(plan: &Plan, options: &TrainOptions) -> Result<Summary, Error> {
     };
     let link = match &options.processes {
         Some(p) => {
-            let resumed = resume.as_ref().map(|(c, _)| c.step);
+            let resumed = resume.as_ref().map(|(c, _)| c);
             Some(Link::join(
                 p,
                 processes::identity(plan, resumed, options.until)?,
@@ -288,14 +295,6 @@ impl<B: Backend> OptimizerTask<B> for Loop<'_, B> {
     }
 }
 
-/// The gradients, loss and correct predictions of one step over all replicas, on the main
-/// device.
-pub(crate) struct StepGrads<B: Backend> {
-    pub(crate) grads: GradientsParams,
-    pub(crate) scaled_loss: Tensor<Ad<B>, 1>,
-    pub(crate) correct: Option<i64>,
-}
-
 /// Forward and backward of one batch: on the main device alone, or split into one contiguous
 /// shard per replica, each shard's loss weighted by its share of the batch (so the summed
 /// gradients are those of the whole batch's mean loss) and the gradients summed on the main
@@ -363,7 +362,7 @@ fn forward_backward<B: Backend>(
             // Summed at the parameters' dtype, as every other sum of the run is (and as
             // `ddp` sums its replicas): two f16 gradients may overflow where their f32 sum
             // does not.
-            grads = burn_mpric::cast_grads_to_param_dtype(&replica, grads);
+            grads = cast_grads_to_param_dtype(&replica, grads);
         }
         accumulator.accumulate(model, grads.to_device(main, model));
         losses.push(scaled.detach().to_device(main));

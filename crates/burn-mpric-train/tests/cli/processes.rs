@@ -115,6 +115,7 @@ fn final_params(output: &Path) -> Vec<Vec<f32>> {
     latest.verify().unwrap().params
 }
 
+#[cfg(feature = "ddp")]
 #[test]
 fn two_processes_take_the_in_process_ddp_run_s_steps_bit_for_bit_and_only_rank_0_writes() {
     let dir = fresh_dir("processes-2x1");
@@ -197,6 +198,7 @@ fn two_processes_follow_the_one_process_run_of_the_same_recipe() {
 /// different order in each process), so a 4-replica `ddp` run's sums round differently from
 /// run to run; the processes add in rank order. Every decision is the same, the loss within
 /// a few units in the last place.
+#[cfg(feature = "ddp")]
 #[test]
 fn two_processes_of_two_devices_follow_the_four_replica_ddp_run() {
     let dir = fresh_dir("processes-2x2");
@@ -453,6 +455,14 @@ fn a_run_resumes_only_with_its_number_of_processes_and_bad_flags_are_refused() {
         (
             vec!["--world", "2", "--rank", "0", "--timeout", "0"],
             "--timeout 0",
+        ),
+        (
+            vec!["--world", "40", "--rank", "0"],
+            "need a batch_size of at least 40",
+        ),
+        (
+            vec!["--world", "5000", "--rank", "0"],
+            "a run has 1 to 1024 processes",
         ),
     ] {
         let mut all = vec!["train", path, "-q"];
