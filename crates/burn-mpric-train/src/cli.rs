@@ -79,11 +79,11 @@ pub(crate) struct TrainArgs {
     /// No progress bar and no per-checkpoint lines; only the final summary.
     #[arg(long, short)]
     pub(crate) quiet: bool,
-    /// The number of processes of a multi-process run (default: SLURM_NTASKS under srun,
-    /// else 1).
+    /// The number of processes of a multi-process run (default: SLURM_STEP_NUM_TASKS in an
+    /// srun task, else 1).
     #[arg(long, env = "MPRIC_WORLD", value_name = "N")]
     pub(crate) world: Option<usize>,
-    /// This process's rank, 0 to N-1 (default: SLURM_PROCID under srun). Rank 0 hosts the
+    /// This process's rank, 0 to N-1 (default: SLURM_PROCID in an srun task). Rank 0 hosts the
     /// coordinator and writes the output folder.
     #[arg(long, env = "MPRIC_RANK", value_name = "R")]
     pub(crate) rank: Option<usize>,
@@ -100,6 +100,14 @@ pub(crate) struct TrainArgs {
         default_value_t = crate::run::DEFAULT_STEP_TIMEOUT.as_secs_f64()
     )]
     pub(crate) timeout: f64,
+    /// This process's index among the processes on its machine, which split the recipe's
+    /// `backend.devices` in order (`mpric launch` sets it).
+    #[arg(long, env = "MPRIC_LOCAL_RANK", requires = "local_world")]
+    pub(crate) local_rank: Option<usize>,
+    /// The number of processes on this machine that split `backend.devices` (`mpric
+    /// launch` sets it).
+    #[arg(long, env = "MPRIC_LOCAL_WORLD", requires = "local_rank")]
+    pub(crate) local_world: Option<usize>,
 }
 
 /// `mpric launch`.
@@ -305,6 +313,9 @@ fn processes(
         processes.coordinator = coordinator.clone();
     }
     processes.step_timeout = std::time::Duration::from_secs_f64(args.timeout);
+    if let (Some(local_rank), Some(local_world)) = (args.local_rank, args.local_world) {
+        processes = processes.on_machine(local_rank, local_world)?;
+    }
     Ok(Some(processes))
 }
 

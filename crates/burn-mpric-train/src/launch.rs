@@ -1,6 +1,7 @@
 //! `mpric launch N <recipe> [train options]`: the N processes of one run on this machine,
-//! each `mpric train` with its rank (through `MPRIC_WORLD`, `MPRIC_RANK` and
-//! `MPRIC_COORDINATOR`), their output lines prefixed with their rank. The launcher waits for
+//! each `mpric train` with its rank (through `MPRIC_WORLD`, `MPRIC_RANK`,
+//! `MPRIC_COORDINATOR`, and `MPRIC_LOCAL_RANK`/`MPRIC_LOCAL_WORLD`, so that they split the
+//! recipe's `backend.devices`), their output lines prefixed with their rank. The launcher waits for
 //! all of them: a process that fails ends the others by itself, within the run's timeout.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -13,7 +14,13 @@ use crate::error::Error;
 use crate::run::MAX_PROCESSES;
 
 /// Flags the launcher sets itself.
-const SET_BY_LAUNCHER: [&str; 3] = ["--world", "--rank", "--coordinator"];
+const SET_BY_LAUNCHER: [&str; 5] = [
+    "--world",
+    "--rank",
+    "--coordinator",
+    "--local-rank",
+    "--local-world",
+];
 
 /// Runs `processes` processes of `mpric train <train...>` with a coordinator on
 /// `127.0.0.1:port` (a free port when `None`) and waits for all of them.
@@ -47,6 +54,9 @@ pub(crate) fn launch(processes: usize, port: Option<u16>, train: &[String]) -> R
             .env("MPRIC_WORLD", processes.to_string())
             .env("MPRIC_RANK", rank.to_string())
             .env("MPRIC_COORDINATOR", &coordinator)
+            // The processes of this machine split the recipe's devices.
+            .env("MPRIC_LOCAL_RANK", rank.to_string())
+            .env("MPRIC_LOCAL_WORLD", processes.to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -113,6 +113,9 @@ pub struct TrainState {
     /// A resumed run must have as many.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub processes: Option<usize>,
+    /// The devices of each process of a multi-process run; absent for one process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_devices: Option<usize>,
 }
 
 impl<B: Backend> Record<B> for TrainState {

@@ -47,7 +47,9 @@ pub const DEFAULT_STEP_TIMEOUT: Duration = Duration::from_secs(25);
 ///
 /// Every process runs the same recipe with the same `world` and `coordinator`, each with its
 /// own `rank`. Rank 0 listens on `coordinator` (its own thread) and writes the run's metrics,
-/// plots and checkpoints; the others write nothing.
+/// plots and checkpoints; the others write nothing. The `local_world` processes of one machine
+/// (`mpric launch` sets them) split the recipe's `backend.devices` between them, in the order
+/// of their `local_rank`.
 ///
 /// ```
 /// use burn_mpric_train::Processes;
@@ -69,6 +71,11 @@ pub struct Processes {
     /// The longest one step may take on any process, rank 0's evaluation and checkpoint
     /// included; a process silent for longer is given up. Joining may take twice as long.
     pub step_timeout: Duration,
+    /// This process's index among the processes of its machine, `0..local_world`.
+    pub local_rank: usize,
+    /// The number of processes on this machine that split `backend.devices` (1: this
+    /// process drives all of them).
+    pub local_world: usize,
 }
 
 impl Processes {
@@ -97,7 +104,62 @@ impl Processes {
             rank,
             coordinator: DEFAULT_COORDINATOR.into(),
             step_timeout: DEFAULT_STEP_TIMEOUT,
+            local_rank: 0,
+            local_world: 1,
         })
+    }
+
+    /// The same process as `local_rank` of the `local_world` processes on its machine,
+    /// which split the recipe's devices.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Usage`] when `local_rank` is not below `local_world`, or `local_world` is
+    /// above `world`.
+    ///
+    /// ```
+    /// use burn_mpric_train::Processes;
+    ///
+    /// let p = Processes::new(4, 3)?.on_machine(1, 2)?;
+    /// assert_eq!(p.own_devices(&[0, 1, 2, 3])?, [2, 3]);
+    /// assert!(p.own_devices(&[0, 1, 2]).unwrap_err().to_string().contains("multiple of 2"));
+    /// assert_eq!(p.own_devices(&[0])?, [0], "one device is shared");
+    /// assert!(Processes::new(2, 0)?.on_machine(0, 3).is_err());
+    /// # Ok::<(), burn_mpric_train::Error>(())
+    /// ```
+    pub fn on_machine(mut self, local_rank: usize, local_world: usize) -> Result<Self, Error> {
+        if local_world == 0 || local_world > self.world || local_rank >= local_world {
+            return Err(Error::Usage(format!(
+                "--local-rank {local_rank} --local-world {local_world}: expected a local rank below a local world of 1 to {} (the run's processes)",
+                self.world
+            )));
+        }
+        self.local_rank = local_rank;
+        self.local_world = local_world;
+        Ok(self)
+    }
+
+    /// This process's share of the recipe's devices `all`: all of them when it is alone on
+    /// its machine, the one device when there is one (the processes share it: a CPU), else
+    /// the `local_rank`-th of `local_world` equal slices.
+    ///
+    /// See [`Processes::on_machine`] for an example.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Usage`] when the devices do not split evenly.
+    pub fn own_devices(&self, all: &[usize]) -> Result<Vec<usize>, Error> {
+        if all.len() == 1 {
+            return Ok(all.to_vec());
+        }
+        if !all.len().is_multiple_of(self.local_world) {
+            return Err(Error::Usage(format!(
+                "the {} processes on this machine split backend.devices {all:?}: its length must be a multiple of {}",
+                self.local_world, self.local_world
+            )));
+        }
+        let share = all.len() / self.local_world;
+        Ok(all[self.local_rank * share..][..share].to_vec())
     }
 
     /// Errors unless every process's `devices` each get at least one sample of a batch of
@@ -270,11 +332,12 @@ fn own_address(listening: SocketAddr) -> String {
 
 /// What every process of a run must agree on, field by field: the recipe (its output folder
 /// aside: only rank 0 writes there), the data it loaded, the checkpoint it resumes from, the
-/// step it stops at (`--until`) and the program's version.
+/// step it stops at (`--until`), its number of devices and the program's version.
 pub(crate) fn identity(
     plan: &Plan,
     resumed: Option<&Checkpoint>,
     until: Option<u64>,
+    devices_per_process: usize,
 ) -> Result<Vec<(String, String)>, Error> {
     let recipe = plan.recipe.explicit().map_err(|e| e.in_file(&plan.label))?;
     let mut value = serde_json::to_value(&recipe)
@@ -301,6 +364,10 @@ pub(crate) fn identity(
         }
     };
     fields.push(("the checkpoint resumed".into(), resumed));
+    fields.push((
+        "devices per process".into(),
+        devices_per_process.to_string(),
+    ));
     fields.push((
         "--until".into(),
         until.map_or("not given".to_string(), |u| u.to_string()),
@@ -345,7 +412,7 @@ mod tests {
     fn the_identity_names_recipe_fields_by_path_and_leaves_the_output_out() {
         let mut recipe = Recipe::example();
         let plan = Plan::new(recipe.clone(), "r").unwrap();
-        let fields = identity(&plan, None, None).unwrap();
+        let fields = identity(&plan, None, None, 1).unwrap();
         let find = |key: &str| {
             fields
                 .iter()
@@ -357,14 +424,14 @@ mod tests {
         assert_eq!(find("the checkpoint resumed").unwrap(), "none (a new run)");
 
         recipe.output = "elsewhere".into();
-        let moved = identity(&Plan::new(recipe.clone(), "r").unwrap(), None, None).unwrap();
+        let moved = identity(&Plan::new(recipe.clone(), "r").unwrap(), None, None, 1).unwrap();
         assert_eq!(
             moved, fields,
             "the output folder may differ between machines"
         );
         let seed = recipe.seed;
         recipe.seed += 1;
-        let other = identity(&Plan::new(recipe, "r").unwrap(), None, None).unwrap();
+        let other = identity(&Plan::new(recipe, "r").unwrap(), None, None, 1).unwrap();
         assert_eq!(
             RunSpec::new(2, fields).difference(&other).unwrap(),
             format!("`seed` is {seed} in the run and {} here", seed + 1)

@@ -22,6 +22,7 @@ use crate::error::{Error, RecipeError};
 use crate::models::Model;
 use crate::optim::{Ad, OptimizerTask};
 use crate::plan::Plan;
+use crate::recipe::BackendConfig;
 use crate::report::metrics::{self, EvalRow, MetricsFile, StepRow};
 use crate::report::plot;
 use crate::run::grads::StepGrads;
@@ -117,12 +118,19 @@ pub struct Summary {
 /// ```
 pub fn train(plan: &Plan, options: &TrainOptions) -> Result<Summary, Error> {
     let output = plan.recipe.output.clone();
-    if let Some(p) = &options.processes {
-        p.fits(
-            plan.recipe.backend.device_list().len(),
-            plan.recipe.batch_size,
-        )?;
-    }
+    // This process's devices: in a multi-process run, its share of the recipe's.
+    let backend = match &options.processes {
+        Some(p) => {
+            let own = p.own_devices(&plan.recipe.backend.device_list())?;
+            p.fits(own.len(), plan.recipe.batch_size)?;
+            BackendConfig {
+                device: 0,
+                devices: Some(own),
+                ..plan.recipe.backend.clone()
+            }
+        }
+        None => plan.recipe.backend.clone(),
+    };
     // One writer per output folder: in a multi-process run, rank 0, which holds the lock
     // until the run returns; the other processes read a checkpoint at most.
     let writer = options.processes.as_ref().is_none_or(Processes::is_writer);
@@ -142,14 +150,26 @@ pub fn train(plan: &Plan, options: &TrainOptions) -> Result<Summary, Error> {
                 resumed.checkpoint.step
             );
         }
-        let (was, now) = (
-            resumed.state.processes.unwrap_or(1),
+        let state = &resumed.state;
+        let was = (state.processes.unwrap_or(1), state.process_devices);
+        let now = (
             options.processes.as_ref().map_or(1, |p| p.world),
+            options
+                .processes
+                .as_ref()
+                .map(|_| backend.device_list().len()),
         );
         if was != now {
+            let show = |(world, devices): (usize, Option<usize>)| match devices {
+                Some(d) => format!("{world} process(es) of {d} device(s)"),
+                None => format!("{world} process(es)"),
+            };
             return Err(Error::Resume(format!(
-                "{}: the run was trained by {was} process(es), this one has {now}; resume with --world {was} (the processes' shards of each batch, and so the sums' rounding, depend on it)",
-                resumed.checkpoint.dir.display()
+                "{}: the run was trained by {}, this one has {}; resume with --world {} and as many devices per process (the shards of each batch, and so the sums' rounding, depend on them)",
+                resumed.checkpoint.dir.display(),
+                show(was),
+                show(now),
+                was.0
             )));
         }
         Some((resumed.checkpoint, resumed.state))
@@ -168,9 +188,10 @@ pub fn train(plan: &Plan, options: &TrainOptions) -> Result<Summary, Error> {
     let link = match &options.processes {
         Some(p) => {
             let resumed = resume.as_ref().map(|(c, _)| c);
+            let devices = backend.device_list().len();
             Some(Link::join(
                 p,
-                processes::identity(plan, resumed, options.until)?,
+                processes::identity(plan, resumed, options.until, devices)?,
             )?)
         }
         None => None,
@@ -181,7 +202,7 @@ pub fn train(plan: &Plan, options: &TrainOptions) -> Result<Summary, Error> {
         resume,
         link: link.as_ref(),
     };
-    let summary = dispatch(&plan.recipe.backend, task).map_err(|e| e.in_file(&plan.label))??;
+    let summary = dispatch(&backend, task).map_err(|e| e.in_file(&plan.label))??;
     // Only a process that finished says so; one that failed closes its connection, which
     // ends the others naming it.
     if let Some(link) = link {
@@ -604,6 +625,7 @@ where
                         steps: rows.clone(),
                         eval: evals.clone(),
                         processes: options.processes.as_ref().map(|p| p.world),
+                        process_devices: options.processes.as_ref().map(|_| replicas.len()),
                     };
                     let dtype = policy.param().to_burn();
                     match checkpoint::save(

@@ -208,7 +208,8 @@ fn two_processes_of_two_devices_follow_the_four_replica_ddp_run() {
         &recipe(40, 40, "[0, 0, 0, 0]", "strategy = \"ddp\"").replace("\"out\"", "\"ddp\""),
     );
     run_ok(&dir, &["train", ddp.to_str().unwrap(), "-q"]);
-    let two = write_recipe(&dir, "r.toml", &recipe(40, 40, "[0, 0]", ""));
+    // Launched on one machine, the two processes split the four devices.
+    let two = write_recipe(&dir, "r.toml", &recipe(40, 40, "[0, 0, 0, 0]", ""));
     let out = run_ok(&dir, &["launch", "2", two.to_str().unwrap(), "-q"]);
     assert!(out.contains("[rank 1] rank 1 of 2: steps 0 -> 40"), "{out}");
 
@@ -440,7 +441,7 @@ fn a_run_resumes_only_with_its_number_of_processes_and_bad_flags_are_refused() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
         stderr.contains(
-            "the run was trained by 2 process(es), this one has 1; resume with --world 2"
+            "the run was trained by 2 process(es) of 1 device(s), this one has 1 process(es); resume with --world 2"
         ),
         "{stderr}"
     );
