@@ -8,13 +8,17 @@ use std::sync::mpsc::{self, RecvTimeoutError, SyncSender};
 use std::time::{Duration, Instant};
 
 use crate::error::{ClusterError, seconds};
-use crate::frame::{Control, Frame, FrameError, read_frame, write_control, write_values};
+use crate::frame::{
+    Control, Frame, FrameError, closed_or_io, read_frame, write_control, write_values,
+};
 use crate::spec::RunSpec;
 
 /// A joined rank: its connection.
 struct Joined {
     rank: usize,
     stream: TcpStream,
+    /// A send to it failed part-way: nothing more can be framed on its stream.
+    told: bool,
 }
 
 /// What a handshake hands the run: a rank that joined, or one that named itself as a rank of
@@ -66,6 +70,9 @@ enum Arrival {
 pub struct Coordinator {
     listener: TcpListener,
     spec: RunSpec,
+    /// When it started listening: the join timeout counts from here, as the workers, which
+    /// may connect from then on, count theirs from their own start.
+    bound_at: Instant,
 }
 
 impl Coordinator {
@@ -88,7 +95,11 @@ impl Coordinator {
             addr: addr.to_string(),
             source,
         })?;
-        Ok(Self { listener, spec })
+        Ok(Self {
+            listener,
+            spec,
+            bound_at: Instant::now(),
+        })
     }
 
     /// The address it listens on.
@@ -105,13 +116,28 @@ impl Coordinator {
             .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
     }
 
+    /// Sets the identity every rank must share, when it is only known after binding (bind
+    /// first, so that the workers can connect while this process gets ready; the join
+    /// timeout counts from the bind).
+    ///
+    /// ```
+    /// use burn_mpric_cluster::{Coordinator, RunSpec};
+    ///
+    /// let mut c = Coordinator::bind("127.0.0.1:0", RunSpec::new(1, vec![]))?;
+    /// c.set_identity(vec![("seed".into(), "0".into())]);
+    /// # Ok::<(), burn_mpric_cluster::ClusterError>(())
+    /// ```
+    pub fn set_identity(&mut self, identity: Vec<(String, String)>) {
+        self.spec.identity = identity;
+    }
+
     /// Runs the run: returns the number of steps once every rank has finished, or the error
     /// that stopped it. See [`Coordinator`].
     pub fn run(self) -> Result<u64, ClusterError> {
         let spec = Arc::new(self.spec);
         let (joins, joined) = mpsc::sync_channel::<Arrival>(spec.world);
         accept_in_background(self.listener, spec.clone(), joins);
-        let mut ranks = match gather(&spec, &joined) {
+        let mut ranks = match gather(&spec, &joined, self.bound_at + spec.timeouts.join) {
             Ok(ranks) => ranks,
             Err((err, told)) => {
                 answer_late_arrivals(joined, told);
@@ -122,6 +148,7 @@ impl Coordinator {
         drop(joined);
         for rank in 0..ranks.len() {
             if let Err(e) = write_control(&mut ranks[rank].stream, &Control::Welcome) {
+                ranks[rank].told = true;
                 return Err(abort(&mut ranks, rank, e.to_string()));
             }
         }
@@ -219,7 +246,11 @@ fn handshake(mut stream: TcpStream, spec: &RunSpec, joins: &SyncSender<Arrival>)
         return;
     };
     if joins
-        .send(Arrival::Joined(Joined { rank, stream }))
+        .send(Arrival::Joined(Joined {
+            rank,
+            stream,
+            told: false,
+        }))
         .is_err()
     {
         refuse(
@@ -247,8 +278,8 @@ fn answer_late_arrivals(joined: mpsc::Receiver<Arrival>, told: Control) {
 fn gather(
     spec: &RunSpec,
     joined: &mpsc::Receiver<Arrival>,
+    deadline: Instant,
 ) -> Result<Vec<Joined>, (ClusterError, Control)> {
-    let deadline = Instant::now() + spec.timeouts.join;
     let mut slots: Vec<Option<Joined>> = (0..spec.world).map(|_| None).collect();
     while slots.iter().any(Option::is_none) {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -297,10 +328,10 @@ fn tell_all(slots: &mut [Option<Joined>], control: &Control) {
     }
 }
 
-/// Tells every rank that `lost` is gone (`lost` too, when it is only slow, so that it says
-/// why it stopped); the error to return.
+/// Tells every rank that `lost` is gone (`lost` too, when it is only slow and its stream
+/// can take a message, so that it says why it stopped); the error to return.
 fn abort(ranks: &mut [Joined], lost: usize, reason: String) -> ClusterError {
-    for join in ranks.iter_mut() {
+    for join in ranks.iter_mut().filter(|j| !(j.rank == lost && j.told)) {
         let _ = join.stream.set_write_timeout(Some(Duration::from_secs(1)));
         let _ = write_control(
             &mut join.stream,
@@ -311,6 +342,27 @@ fn abort(ranks: &mut [Joined], lost: usize, reason: String) -> ClusterError {
         );
     }
     ClusterError::RankLost { rank: lost, reason }
+}
+
+/// Reads one frame from a rank whose step must have begun to arrive by `deadline` (the
+/// rank is silent past it); once it arrives, a large frame may take as long as it keeps
+/// coming (each read within a step timeout), so a slow link is not a lost rank.
+fn read_by(stream: &mut TcpStream, deadline: Instant, spec: &RunSpec) -> Result<Frame, FrameError> {
+    let left = deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(1));
+    stream
+        .set_read_timeout(Some(left))
+        .map_err(FrameError::Io)?;
+    match stream.peek(&mut [0u8; 1]) {
+        Ok(0) => return Err(FrameError::Closed),
+        Ok(_) => {}
+        Err(e) => return Err(closed_or_io(e)),
+    }
+    stream
+        .set_read_timeout(Some(spec.timeouts.step))
+        .map_err(FrameError::Io)?;
+    read_frame(stream, spec.max_values)
 }
 
 fn step_loop(spec: &RunSpec, ranks: &mut [Joined]) -> Result<u64, ClusterError> {
@@ -330,14 +382,7 @@ fn step_loop(spec: &RunSpec, ranks: &mut [Joined]) -> Result<u64, ClusterError> 
         let mut done = Vec::new();
         for i in 0..ranks.len() {
             let rank = ranks[i].rank;
-            let left = deadline
-                .saturating_duration_since(Instant::now())
-                .max(Duration::from_millis(1));
-            let read = ranks[i]
-                .stream
-                .set_read_timeout(Some(left))
-                .map_err(FrameError::Io)
-                .and_then(|()| read_frame(&mut ranks[i].stream, spec.max_values));
+            let read = read_by(&mut ranks[i].stream, deadline, spec);
             match read {
                 Ok(Frame::Values { step, values }) => match &mut sum {
                     None => sum = Some((step, values)),
@@ -384,16 +429,14 @@ fn step_loop(spec: &RunSpec, ranks: &mut [Joined]) -> Result<u64, ClusterError> 
         let Some((step, total)) = sum else {
             continue;
         };
-        // Every rank is waiting for this answer: the sends share one deadline, half a step,
-        // which a worker's reply wait leaves room for.
-        let deadline = Instant::now() + (spec.timeouts.step / 2).max(Duration::from_secs(1));
+        // Every rank is waiting for this answer: a send fails only when a rank takes none of
+        // it for a whole step.
         for i in 0..ranks.len() {
-            let left = deadline
-                .saturating_duration_since(Instant::now())
-                .max(Duration::from_millis(1));
-            let _ = ranks[i].stream.set_write_timeout(Some(left));
+            let _ = ranks[i].stream.set_write_timeout(Some(spec.timeouts.step));
             if let Err(e) = write_values(&mut ranks[i].stream, step, &total) {
                 let rank = ranks[i].rank;
+                // Its stream stops mid-frame: it cannot be told why.
+                ranks[i].told = true;
                 return Err(abort(ranks, rank, e.to_string()));
             }
         }

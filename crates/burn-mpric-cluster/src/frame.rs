@@ -189,7 +189,7 @@ pub(crate) fn read_frame(input: &mut impl Read, max_values: usize) -> Result<Fra
 
 /// A connection the peer closed (cleanly, or by a reset when its process died with unread
 /// data) is `Closed`; any other failure is an I/O error.
-fn closed_or_io(e: io::Error) -> FrameError {
+pub(crate) fn closed_or_io(e: io::Error) -> FrameError {
     match e.kind() {
         io::ErrorKind::UnexpectedEof
         | io::ErrorKind::ConnectionReset

@@ -109,7 +109,11 @@ impl Worker {
                 self.spec.max_values
             )));
         }
-        let _ = self.stream.set_write_timeout(Some(self.spec.timeouts.step));
+        // The coordinator reads the ranks in order: a large buffer may wait for the ranks
+        // before this one, within the step's budget.
+        let _ = self
+            .stream
+            .set_write_timeout(Some(self.spec.timeouts.reply()));
         write_values(&mut self.stream, step, values).map_err(|e| self.lost(e.to_string()))?;
         let wait = if self.answered == 0 {
             self.spec.timeouts.first_reply()

@@ -149,6 +149,12 @@ impl Processes {
     ///
     /// [`Error::Usage`] when the devices do not split evenly.
     pub fn own_devices(&self, all: &[usize]) -> Result<Vec<usize>, Error> {
+        if self.local_rank >= self.local_world {
+            return Err(Error::Usage(format!(
+                "local rank {} of a local world of {}: expected a rank below it",
+                self.local_rank, self.local_world
+            )));
+        }
         if all.len() == 1 {
             return Ok(all.to_vec());
         }
@@ -224,24 +230,41 @@ pub(crate) struct Link {
     coordinator: Option<JoinHandle<Result<u64, ClusterError>>>,
 }
 
+/// Rank 0's coordinator, listening from the start of the process (the join timeout counts
+/// from there) until the run's identity is known.
+pub(crate) struct Listening(Option<Coordinator>);
+
+impl Listening {
+    /// On rank 0, binds the coordinator's address; on the others, nothing.
+    pub(crate) fn bind(processes: &Processes) -> Result<Self, Error> {
+        if !processes.is_writer() {
+            return Ok(Self(None));
+        }
+        let mut spec = RunSpec::new(processes.world, Vec::new());
+        spec.timeouts = processes.timeouts();
+        Coordinator::bind(&processes.coordinator, spec)
+            .map(|c| Self(Some(c)))
+            .map_err(|e| processes.error(e))
+    }
+}
+
 impl Link {
-    /// Joins the run (rank 0 first starts the coordinator): returns once every process has
-    /// joined with the same `identity`, or with the reason the run does not start.
+    /// Joins the run (rank 0 first starts its coordinator, bound by `listening`): returns
+    /// once every process has joined with the same `identity`, or with the reason the run
+    /// does not start.
     pub(crate) fn join(
         processes: &Processes,
+        listening: Listening,
         identity: Vec<(String, String)>,
     ) -> Result<Self, Error> {
         let mut spec = RunSpec::new(processes.world, identity);
         spec.timeouts = processes.timeouts();
         let mut address = processes.coordinator.clone();
-        let coordinator = if processes.is_writer() {
-            let coordinator = Coordinator::bind(&processes.coordinator, spec.clone())
-                .map_err(|e| processes.error(e))?;
+        let coordinator = listening.0.map(|mut coordinator| {
+            coordinator.set_identity(spec.identity.clone());
             address = own_address(coordinator.local_addr());
-            Some(std::thread::spawn(move || coordinator.run()))
-        } else {
-            None
-        };
+            std::thread::spawn(move || coordinator.run())
+        });
         let worker =
             Worker::join(&address, processes.rank, &spec).map_err(|e| processes.error(e))?;
         Ok(Self {

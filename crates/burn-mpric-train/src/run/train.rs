@@ -27,7 +27,7 @@ use crate::report::metrics::{self, EvalRow, MetricsFile, StepRow};
 use crate::report::plot;
 use crate::run::grads::StepGrads;
 use crate::run::lock::RunLock;
-use crate::run::processes::{self, Link, Processes};
+use crate::run::processes::{self, Link, Listening, Processes};
 use crate::run::resume;
 
 /// How to run a plan.
@@ -131,6 +131,12 @@ pub fn train(plan: &Plan, options: &TrainOptions) -> Result<Summary, Error> {
         }
         None => plan.recipe.backend.clone(),
     };
+    // Rank 0 listens from here on, so that the others can connect while it gets ready.
+    let listening = options
+        .processes
+        .as_ref()
+        .map(Listening::bind)
+        .transpose()?;
     // One writer per output folder: in a multi-process run, rank 0, which holds the lock
     // until the run returns; the other processes read a checkpoint at most.
     let writer = options.processes.as_ref().is_none_or(Processes::is_writer);
@@ -151,7 +157,14 @@ pub fn train(plan: &Plan, options: &TrainOptions) -> Result<Summary, Error> {
             );
         }
         let state = &resumed.state;
-        let was = (state.processes.unwrap_or(1), state.process_devices);
+        // A multi-process checkpoint without the devices per process comes from processes
+        // that each drove all of the recipe's devices.
+        let devices = state.process_devices.or_else(|| {
+            state
+                .processes
+                .map(|_| state.recipe.backend.device_list().len())
+        });
+        let was = (state.processes.unwrap_or(1), devices);
         let now = (
             options.processes.as_ref().map_or(1, |p| p.world),
             options
@@ -185,16 +198,14 @@ pub fn train(plan: &Plan, options: &TrainOptions) -> Result<Summary, Error> {
         }
         None
     };
-    let link = match &options.processes {
-        Some(p) => {
+    let link = match (&options.processes, listening) {
+        (Some(p), Some(listening)) => {
             let resumed = resume.as_ref().map(|(c, _)| c);
             let devices = backend.device_list().len();
-            Some(Link::join(
-                p,
-                processes::identity(plan, resumed, options.until, devices)?,
-            )?)
+            let identity = processes::identity(plan, resumed, options.until, devices)?;
+            Some(Link::join(p, listening, identity)?)
         }
-        None => None,
+        _ => None,
     };
     let task = Run {
         plan,
