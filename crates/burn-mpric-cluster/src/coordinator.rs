@@ -146,13 +146,62 @@ impl Coordinator {
         };
         // From here on, a connection that says hello is told the run has started.
         drop(joined);
-        for rank in 0..ranks.len() {
-            if let Err(e) = write_control(&mut ranks[rank].stream, &Control::Welcome) {
-                ranks[rank].told = true;
-                return Err(abort(&mut ranks, rank, e.to_string()));
+        let result = welcome(&mut ranks).and_then(|()| step_loop(&spec, &mut ranks));
+        if result.is_err() {
+            close_gently(ranks);
+        }
+        result
+    }
+}
+
+/// Tells every rank that the run starts.
+fn welcome(ranks: &mut [Joined]) -> Result<(), ClusterError> {
+    for rank in 0..ranks.len() {
+        if let Err(e) = write_control(&mut ranks[rank].stream, &Control::Welcome) {
+            ranks[rank].told = true;
+            return Err(abort(ranks, rank, e.to_string()));
+        }
+    }
+    Ok(())
+}
+
+/// Closes the connections of a run that stopped so that every rank can still read why: a
+/// socket closed with unread bytes (a rank's values that were never read) resets the
+/// connection, and a reset may discard the abort the rank has not read yet. Each connection
+/// is shut for writing, then drained until its rank closes it (a rank exits once it has read
+/// the abort), for at most a few seconds, before `run` returns (so that a process hosting the
+/// coordinator which waits for `run` does not exit, resetting them, too early).
+fn close_gently(ranks: Vec<Joined>) {
+    {
+        let until = Instant::now() + Duration::from_secs(3);
+        for mut join in ranks {
+            let _ = join.stream.shutdown(std::net::Shutdown::Write);
+            let mut sink = [0u8; 64 * 1024];
+            loop {
+                let left = until.saturating_duration_since(Instant::now());
+                if left.is_zero()
+                    || join
+                        .stream
+                        .set_read_timeout(Some(left.min(Duration::from_millis(200))))
+                        .is_err()
+                {
+                    break;
+                }
+                match std::io::Read::read(&mut join.stream, &mut sink) {
+                    Ok(0) => break,
+                    Ok(_) => continue,
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                        ) =>
+                    {
+                        continue;
+                    }
+                    Err(_) => break,
+                }
             }
         }
-        step_loop(&spec, &mut ranks)
     }
 }
 

@@ -114,7 +114,9 @@ impl Worker {
         let _ = self
             .stream
             .set_write_timeout(Some(self.spec.timeouts.reply()));
-        write_values(&mut self.stream, step, values).map_err(|e| self.lost(e.to_string()))?;
+        if let Err(e) = write_values(&mut self.stream, step, values) {
+            return Err(self.why_closed(e));
+        }
         let wait = if self.answered == 0 {
             self.spec.timeouts.first_reply()
         } else {
@@ -133,10 +135,23 @@ impl Worker {
     ///
     /// See [`Coordinator`](crate::Coordinator) for an example.
     pub fn finish(mut self) -> Result<(), ClusterError> {
-        write_control(&mut self.stream, &Control::Done).map_err(|e| self.lost(e.to_string()))?;
+        if let Err(e) = write_control(&mut self.stream, &Control::Done) {
+            return Err(self.why_closed(e));
+        }
         match self.read(self.spec.timeouts.reply())? {
             Frame::Control(Control::Done) => Ok(()),
             other => Err(self.unexpected(other)),
+        }
+    }
+
+    /// A send failed: the coordinator may have stopped the run and closed this connection,
+    /// its reason waiting unread; that reason, when it came, else the send's error.
+    fn why_closed(&mut self, sent: std::io::Error) -> ClusterError {
+        match self.read(Duration::from_secs(1)) {
+            Ok(frame @ Frame::Control(Control::Abort { .. } | Control::Stopped { .. })) => {
+                self.unexpected(frame)
+            }
+            _ => self.lost(sent.to_string()),
         }
     }
 

@@ -8,7 +8,7 @@
 use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use burn::optim::GradientsParams;
 use burn::tensor::backend::Backend;
@@ -226,8 +226,9 @@ impl Processes {
 /// This process's connection to the run: its worker, and on rank 0 the coordinator's thread.
 pub(crate) struct Link {
     processes: Processes,
-    worker: Mutex<Worker>,
-    coordinator: Option<JoinHandle<Result<u64, ClusterError>>>,
+    /// `None` once a step failed: its connection is closed.
+    worker: Mutex<Option<Worker>>,
+    coordinator: Mutex<Option<JoinHandle<Result<u64, ClusterError>>>>,
 }
 
 /// Rank 0's coordinator, listening from the start of the process (the join timeout counts
@@ -269,20 +270,28 @@ impl Link {
             Worker::join(&address, processes.rank, &spec).map_err(|e| processes.error(e))?;
         Ok(Self {
             processes: processes.clone(),
-            worker: Mutex::new(worker),
-            coordinator,
+            worker: Mutex::new(Some(worker)),
+            coordinator: Mutex::new(coordinator),
         })
     }
 
     /// Says this process is done and waits for the others (and, on rank 0, the coordinator).
     pub(crate) fn finish(self) -> Result<(), Error> {
-        let processes = self.processes;
-        self.worker
-            .into_inner()
-            .map_err(|_| Error::Internal("a step failed while it held the connection".into()))?
-            .finish()
-            .map_err(|e| processes.error(e))?;
-        if let Some(coordinator) = self.coordinator {
+        let Self {
+            processes,
+            worker,
+            coordinator,
+        } = self;
+        let worker =
+            worker.into_inner().ok().flatten().ok_or_else(|| {
+                Error::Internal("the connection was closed by a failed step".into())
+            })?;
+        if let Err(e) = worker.finish() {
+            settle(&coordinator);
+            return Err(processes.error(e));
+        }
+        let coordinator = coordinator.into_inner().ok().flatten();
+        if let Some(coordinator) = coordinator {
             match coordinator.join() {
                 Ok(result) => result.map(|_| ()).map_err(|e| processes.error(e))?,
                 Err(_) => return Err(Error::Internal("the coordinator's thread panicked".into())),
@@ -319,12 +328,24 @@ impl Link {
             .elem();
         values.push(loss);
         values.push(own.correct.unwrap_or(0) as f32);
-        let mut summed = self
+        let mut held = self
             .worker
             .lock()
-            .map_err(|_| Error::Internal("a step failed while it held the connection".into()))?
-            .all_reduce(step, &values)
-            .map_err(|e| self.processes.error(e))?;
+            .map_err(|_| Error::Internal("a step failed while it held the connection".into()))?;
+        let worker = held
+            .as_mut()
+            .ok_or_else(|| Error::Internal("the connection was closed by a failed step".into()))?;
+        let mut summed = match worker.all_reduce(step, &values) {
+            Ok(summed) => summed,
+            Err(e) => {
+                // Closed first, so that rank 0's coordinator, which waits for every rank to
+                // close before it returns, is not held up by this one.
+                *held = None;
+                drop(held);
+                settle(&self.coordinator);
+                return Err(self.processes.error(e));
+            }
+        };
         let (Some(correct), Some(loss)) = (summed.pop(), summed.pop()) else {
             return Err(Error::Internal("the summed step has no loss".into()));
         };
@@ -336,6 +357,21 @@ impl Link {
             scaled_loss,
             correct: own.correct.map(|_| correct as i64),
         })
+    }
+}
+
+/// On rank 0, waits (a few seconds at most) until the coordinator has told the other
+/// processes why the run stopped and closed their connections: a process that exits first
+/// resets them, and a reset may discard what they have not read yet.
+fn settle(coordinator: &Mutex<Option<JoinHandle<Result<u64, ClusterError>>>>) {
+    let Ok(guard) = coordinator.lock() else {
+        return;
+    };
+    if let Some(handle) = guard.as_ref() {
+        let until = Instant::now() + Duration::from_secs(5);
+        while !handle.is_finished() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 
