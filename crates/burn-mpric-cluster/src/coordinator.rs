@@ -172,33 +172,27 @@ fn welcome(ranks: &mut [Joined]) -> Result<(), ClusterError> {
 /// the abort), for at most a few seconds, before `run` returns (so that a process hosting the
 /// coordinator which waits for `run` does not exit, resetting them, too early).
 fn close_gently(ranks: Vec<Joined>) {
-    {
-        let until = Instant::now() + Duration::from_secs(3);
-        for mut join in ranks {
-            let _ = join.stream.shutdown(std::net::Shutdown::Write);
-            let mut sink = [0u8; 64 * 1024];
-            loop {
-                let left = until.saturating_duration_since(Instant::now());
-                if left.is_zero()
-                    || join
-                        .stream
-                        .set_read_timeout(Some(left.min(Duration::from_millis(200))))
-                        .is_err()
-                {
-                    break;
-                }
-                match std::io::Read::read(&mut join.stream, &mut sink) {
-                    Ok(0) => break,
-                    Ok(_) => continue,
-                    Err(e)
-                        if matches!(
-                            e.kind(),
-                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                        ) =>
-                    {
-                        continue;
+    let until = Instant::now() + Duration::from_secs(3);
+    for mut join in ranks {
+        let _ = join.stream.shutdown(std::net::Shutdown::Write);
+        let mut sink = [0u8; 64 * 1024];
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero()
+                || join
+                    .stream
+                    .set_read_timeout(Some(left.min(Duration::from_millis(200))))
+                    .is_err()
+            {
+                break;
+            }
+            match std::io::Read::read(&mut join.stream, &mut sink) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) => {
+                    if !FrameError::Io(e).is_timeout() {
+                        break;
                     }
-                    Err(_) => break,
                 }
             }
         }
@@ -241,8 +235,14 @@ fn accept_in_background(listener: TcpListener, spec: Arc<RunSpec>, joins: SyncSe
 }
 
 fn refuse(mut stream: TcpStream, reason: String) {
+    tell(&mut stream, &Control::Refused { reason });
+}
+
+/// Sends a last word (a refusal, an abort) that nothing waits on: within a second, or not at
+/// all, so that a peer that reads nothing holds up no one.
+fn tell(stream: &mut TcpStream, control: &Control) {
     let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
-    let _ = write_control(&mut stream, &Control::Refused { reason });
+    let _ = write_control(stream, control);
 }
 
 fn handshake(mut stream: TcpStream, spec: &RunSpec, joins: &SyncSender<Arrival>) {
@@ -315,8 +315,7 @@ fn answer_late_arrivals(joined: mpsc::Receiver<Arrival>, told: Control) {
     std::thread::spawn(move || {
         for arrival in joined {
             if let Arrival::Joined(mut join) = arrival {
-                let _ = join.stream.set_write_timeout(Some(Duration::from_secs(1)));
-                let _ = write_control(&mut join.stream, &told);
+                tell(&mut join.stream, &told);
             }
         }
     });
@@ -372,23 +371,19 @@ fn gather(
 /// Tells every rank that has joined why the run does not start.
 fn tell_all(slots: &mut [Option<Joined>], control: &Control) {
     for join in slots.iter_mut().flatten() {
-        let _ = join.stream.set_write_timeout(Some(Duration::from_secs(1)));
-        let _ = write_control(&mut join.stream, control);
+        tell(&mut join.stream, control);
     }
 }
 
 /// Tells every rank that `lost` is gone (`lost` too, when it is only slow and its stream
 /// can take a message, so that it says why it stopped); the error to return.
 fn abort(ranks: &mut [Joined], lost: usize, reason: String) -> ClusterError {
+    let control = Control::Abort {
+        rank: lost,
+        reason: reason.clone(),
+    };
     for join in ranks.iter_mut().filter(|j| !(j.rank == lost && j.told)) {
-        let _ = join.stream.set_write_timeout(Some(Duration::from_secs(1)));
-        let _ = write_control(
-            &mut join.stream,
-            &Control::Abort {
-                rank: lost,
-                reason: reason.clone(),
-            },
-        );
+        tell(&mut join.stream, &control);
     }
     ClusterError::RankLost { rank: lost, reason }
 }

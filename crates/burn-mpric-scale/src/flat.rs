@@ -16,10 +16,8 @@ use burn::tensor::{DType, FloatDType, Shape, Tensor, TensorData};
 
 use crate::dtype::float_dtype;
 use crate::error::StepError;
+use crate::pack::Register;
 use crate::read::read_all_f32;
-
-/// Registers a flat f32 gradient back at its parameter's rank, shape and dtype.
-type Register<B> = Box<dyn FnOnce(&mut GradientsParams, Tensor<B, 1>)>;
 
 /// A module's gradients flattened into one f32 buffer in parameter order, ready to be summed
 /// across processes; [`FlatGrads::unflatten`] turns a buffer of the same layout (the sum) back

@@ -38,8 +38,9 @@ pub(crate) const PACK_MAX_BYTES: usize = 64 << 10;
 /// aligned first, the others after them: the last one is then a view too.
 const SLICE_ALIGN: usize = 256;
 
-/// Registers a flat gradient back at its parameter's rank and shape.
-type Register<B> = Box<dyn FnOnce(&mut GradientsParams, Tensor<B, 1>)>;
+/// Registers a flat gradient back at its parameter's rank and shape (and, for `flat.rs`,
+/// its dtype).
+pub(crate) type Register<B> = Box<dyn FnOnce(&mut GradientsParams, Tensor<B, 1>)>;
 
 /// One gradient, flattened, waiting for its buffer.
 struct Entry<B: Backend> {

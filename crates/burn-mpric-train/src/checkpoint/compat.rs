@@ -8,6 +8,7 @@ use crate::checkpoint::manifest::FileDigest;
 use crate::error::Error;
 use crate::plan::Plan;
 use crate::recipe::Recipe;
+use crate::recipe::document::field_path;
 
 /// Fields a resumed run may change: how long it runs, how often it checkpoints, when it stops
 /// on a run of skipped steps, and where it writes.
@@ -76,11 +77,7 @@ fn first_difference(a: &Value, b: &Value, path: String) -> Option<(String, Strin
             keys.sort();
             keys.dedup();
             keys.into_iter().find_map(|key| {
-                let sub = if path.is_empty() {
-                    key.clone()
-                } else {
-                    format!("{path}.{key}")
-                };
+                let sub = field_path(&path, key);
                 match (x.get(key), y.get(key)) {
                     (Some(u), Some(v)) => first_difference(u, v, sub),
                     (u, v) => Some((sub, show(u), show(v))),

@@ -15,6 +15,8 @@ use std::fmt;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
+use crate::recipe::document::field_path;
+
 /// One tensor of a record.
 ///
 /// ```
@@ -117,13 +119,7 @@ fn walk(
     id: Option<&str>,
     found: &mut Vec<(RecordTensor, u64)>,
 ) -> Result<(), String> {
-    let join = |key: &str| {
-        if path.is_empty() {
-            key.to_string()
-        } else {
-            format!("{path}.{key}")
-        }
-    };
+    let join = |key: &str| field_path(&path, key);
     match node {
         Node::Map(entries) => {
             let get = |name: &str| entries.iter().find(|(k, _)| k == name).map(|(_, v)| v);

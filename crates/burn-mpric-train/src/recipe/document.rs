@@ -9,16 +9,21 @@ use serde_json::{Map, Number, Value};
 
 use crate::error::RecipeError;
 
+/// The dotted path of field `key` under `parent` (empty for the whole document):
+/// `optimizer` and `lr` make `optimizer.lr`. Recipes, checkpoint records and a run's identity
+/// name their fields this way.
+pub(crate) fn field_path(parent: &str, key: &str) -> String {
+    if parent.is_empty() {
+        key.to_string()
+    } else {
+        format!("{parent}.{key}")
+    }
+}
+
 /// Converts a TOML value to JSON, refusing non-finite floats; `path` is the dotted field path
 /// of `value` (empty for the whole document).
 pub fn from_toml(value: toml::Value, path: &str) -> Result<Value, RecipeError> {
-    let child = |key: &str| {
-        if path.is_empty() {
-            key.to_string()
-        } else {
-            format!("{path}.{key}")
-        }
-    };
+    let child = |key: &str| field_path(path, key);
     Ok(match value {
         toml::Value::String(s) => Value::String(s),
         toml::Value::Integer(i) => Value::Number(i.into()),

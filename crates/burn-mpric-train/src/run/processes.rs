@@ -14,17 +14,17 @@ use burn::optim::GradientsParams;
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, ElementConversion, FloatDType, Tensor, TensorData};
 use burn_mpric::MpDevice;
-use burn_mpric::scale::{FlatGrads, cast_grads_to_param_dtype};
+use burn_mpric::scale::FlatGrads;
 use burn_mpric_cluster::{ClusterError, Coordinator, RunSpec, Timeouts, Worker};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use crate::checkpoint::Checkpoint;
-use crate::checkpoint::manifest::MANIFEST_FILE;
+use crate::checkpoint::manifest::{FileDigest, MANIFEST_FILE};
 use crate::error::Error;
 use crate::models::Model;
 use crate::optim::Ad;
 use crate::plan::Plan;
+use crate::recipe::document::field_path;
 use crate::run::grads::StepGrads;
 
 /// Where the coordinator listens when no address is given: loopback, so that nothing off
@@ -306,8 +306,9 @@ impl Link {
     }
 
     /// This process's gradients, scaled loss and correct count for `step`, summed with every
-    /// other process's: the gradients at their parameters' dtypes (as burn-collective sums
-    /// them in one process), the loss at f32.
+    /// other process's: the gradients at their parameters' dtypes (`forward_backward` casts
+    /// each shard's before adding them, as burn-collective sums them in one process), the loss
+    /// at f32.
     pub(crate) fn sum<B: Backend>(
         &self,
         step: u64,
@@ -316,8 +317,7 @@ impl Link {
         own: StepGrads<B>,
     ) -> Result<StepGrads<B>, Error> {
         let failed = |e: burn_mpric::scale::StepError| Error::Step { step, source: e };
-        let grads = cast_grads_to_param_dtype(model, own.grads);
-        let flat = FlatGrads::new(model, grads);
+        let flat = FlatGrads::new(model, own.grads);
         let mut values = flat.read().map_err(failed)?;
         let loss: f32 = own
             .scaled_loss
@@ -418,7 +418,7 @@ pub(crate) fn identity(
         Some(found) => {
             let path = found.dir.join(MANIFEST_FILE);
             let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
-            let digest = format!("{:x}", Sha256::digest(&bytes));
+            let digest = FileDigest::of(&bytes).sha256;
             format!("step {} (manifest SHA-256 {})", found.step, &digest[..16])
         }
     };
@@ -437,17 +437,10 @@ pub(crate) fn identity(
 
 /// `value`'s leaves as (dotted path, JSON text).
 fn flatten(path: &str, value: &Value, out: &mut Vec<(String, String)>) {
-    let join = |key: &str| {
-        if path.is_empty() {
-            key.to_string()
-        } else {
-            format!("{path}.{key}")
-        }
-    };
     match value {
         Value::Object(map) => {
             for (key, v) in map {
-                flatten(&join(key), v, out);
+                flatten(&field_path(path, key), v, out);
             }
         }
         Value::Array(items) => {
