@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::audit::{audit_recipe, table};
 use crate::backend::{ResolvePolicy, dispatch};
 use crate::error::Error;
-use crate::launch::launch;
+use crate::launch::{end_with_launcher, launch};
 use crate::plan::Plan;
 use crate::recipe::{BackendConfig, BackendName};
 use crate::run::{MIN_STEP_TIMEOUT, Processes, Summary, TrainOptions, train};
@@ -208,6 +208,7 @@ pub(crate) fn run(cli: Cli) -> Result<(), Error> {
                 log: !args.quiet,
                 processes: processes(&args, |key| std::env::var(key).ok())?,
             };
+            end_with_launcher(options.processes.as_ref().map(|p| (p.rank, p.world)));
             // The run starts the device once and announces itself (unless quiet) after the
             // device accepted the policy.
             let summary = train(&plan, &options)?;

@@ -2,16 +2,23 @@
 //! each `mpric train` with its rank (through `MPRIC_WORLD`, `MPRIC_RANK`,
 //! `MPRIC_COORDINATOR`, and `MPRIC_LOCAL_RANK`/`MPRIC_LOCAL_WORLD`, so that they split the
 //! recipe's `backend.devices`), their output lines prefixed with their rank. The launcher waits for
-//! all of them: a process that fails ends the others by itself, within the run's timeout.
+//! all of them: a process that fails ends the others by itself, within the run's timeout. A
+//! launcher that ends first (killed, its terminal closed) takes its processes with it: each
+//! watches the launcher through its standard input, so none trains on holding the output
+//! folder and the port.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::error::Error;
 use crate::run::MAX_PROCESSES;
+
+/// Set for each launched process to the launcher's process id: the process then ends when
+/// its standard input, a pipe the launcher holds open and never writes, reaches its end.
+pub(crate) const LAUNCHER: &str = "MPRIC_LAUNCHER";
 
 /// Flags the launcher sets itself.
 const SET_BY_LAUNCHER: [&str; 5] = [
@@ -46,7 +53,9 @@ pub(crate) fn launch(processes: usize, port: Option<u16>, train: &[String]) -> R
     let exe = std::env::current_exe()
         .map_err(|e| Error::Internal(format!("cannot find the mpric executable: {e}")))?;
     let coordinator = format!("127.0.0.1:{port}");
-    let mut children: Vec<(Child, Vec<JoinHandle<()>>)> = Vec::with_capacity(processes);
+    // Each child's stdin stays open while the launcher lives (see `end_with_launcher`).
+    let mut children: Vec<(Child, Vec<JoinHandle<()>>, Option<ChildStdin>)> =
+        Vec::with_capacity(processes);
     for rank in 0..processes {
         let spawned = Command::new(&exe)
             .arg("train")
@@ -57,14 +66,15 @@ pub(crate) fn launch(processes: usize, port: Option<u16>, train: &[String]) -> R
             // The processes of this machine split the recipe's devices.
             .env("MPRIC_LOCAL_RANK", rank.to_string())
             .env("MPRIC_LOCAL_WORLD", processes.to_string())
-            .stdin(Stdio::null())
+            .env(LAUNCHER, std::process::id().to_string())
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn();
         let mut child = match spawned {
             Ok(child) => child,
             Err(e) => {
-                // The processes already started end by themselves (rank `rank` never joins).
+                // The processes already started see their stdin close as `children` drops.
                 return Err(Error::Internal(format!("cannot start rank {rank}: {e}")));
             }
         };
@@ -77,7 +87,8 @@ pub(crate) fn launch(processes: usize, port: Option<u16>, train: &[String]) -> R
         if let Some(err) = child.stderr.take() {
             copies.push(copy_lines(err, Some(format!("[rank {rank}] ")), true));
         }
-        children.push((child, copies));
+        let stdin = child.stdin.take();
+        children.push((child, copies, stdin));
     }
     let mut failed: Vec<(usize, ExitStatus)> = Vec::new();
     let mut running: Vec<usize> = (0..processes).collect();
@@ -95,7 +106,7 @@ pub(crate) fn launch(processes: usize, port: Option<u16>, train: &[String]) -> R
         });
         std::thread::sleep(Duration::from_millis(20));
     }
-    for (_, copies) in children {
+    for (_, copies, _) in children {
         for copy in copies {
             let _ = copy.join();
         }
@@ -115,6 +126,29 @@ pub(crate) fn launch(processes: usize, port: Option<u16>, train: &[String]) -> R
             first: rank,
         }),
     }
+}
+
+/// In a process that `mpric launch` started (`MPRIC_LAUNCHER` set), a thread that ends this
+/// process, with one line naming its place (`(rank, world)`; `None` in a run of one), when
+/// the launcher ends before it: the launcher holds this process's stdin open and never
+/// writes to it, so the end of stdin means the launcher is gone, however it ended.
+pub(crate) fn end_with_launcher(place: Option<(usize, usize)>) {
+    let Ok(launcher) = std::env::var(LAUNCHER) else {
+        return;
+    };
+    let who = place.map_or("error: ".to_string(), |(rank, world)| {
+        format!("error: rank {rank} of {world}: ")
+    });
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
+        // Not eprintln!: stderr may be a pipe to the launcher, now closed, and a panic here
+        // would end this thread instead of the process.
+        let _ = writeln!(
+            std::io::stderr(),
+            "{who}its launcher (process {launcher}) ended, so it stops"
+        );
+        std::process::exit(1);
+    });
 }
 
 /// A free port on loopback (asked of the system, then released for rank 0 to take).

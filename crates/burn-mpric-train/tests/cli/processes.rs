@@ -424,6 +424,112 @@ fn a_process_that_never_joins_ends_the_others_within_the_join_timeout() {
     );
 }
 
+/// A launcher killed mid-run takes its processes with it (left alone they would train on,
+/// holding the output folder and the port), and the relaunched run resumes; a launched
+/// process whose launcher is gone says so.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_killed_launcher_takes_its_processes_with_it() {
+    let dir = fresh_dir("processes-launcher");
+    // Long enough that orphans would still train when the test gives up on them.
+    let steps = 100_000;
+    let path = write_recipe(&dir, "r.toml", &recipe(steps, 50, "[0]", ""));
+    let output = dir.join("out");
+    let mut launcher = mpric(&dir)
+        .args(["launch", "2", path.to_str().unwrap(), "-q"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while checkpoint::latest(&output).unwrap().map_or(0, |c| c.step) < 200 {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "no checkpoint appeared"
+        );
+        assert!(
+            launcher.try_wait().unwrap().is_none(),
+            "the run ended before the kill"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let ranks = children_of(launcher.id());
+    assert_eq!(ranks.len(), 2, "the launcher's processes: {ranks:?}");
+    launcher.kill().unwrap(); // SIGKILL: the launcher cannot pass anything on
+    let _ = launcher.wait();
+    let killed = Instant::now();
+    while ranks.iter().any(|&pid| running(pid)) {
+        if killed.elapsed() > Duration::from_secs(10) {
+            for pid in &ranks {
+                let _ = std::process::Command::new("kill")
+                    .args(["-9", &pid.to_string()])
+                    .status();
+            }
+            panic!("a process of the killed launcher still ran after 10 s");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let step = checkpoint::latest(&output).unwrap().unwrap().step;
+    let until = (step + 100).to_string();
+    let out = run_ok(
+        &dir,
+        &[
+            "launch",
+            "2",
+            path.to_str().unwrap(),
+            "-q",
+            "--resume",
+            "--until",
+            &until,
+        ],
+    );
+    assert!(out.contains(&format!("steps {step} -> {until}")), "{out}");
+
+    // The line a launched process prints, seen from a process whose "launcher" is this test.
+    let mut orphan = mpric(&dir)
+        .args(["train", path.to_str().unwrap(), "-q", "--overwrite"])
+        .args(["--world", "2", "--rank", "0", "--coordinator", &free_port()])
+        .env("MPRIC_LAUNCHER", "4242")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(orphan.stdin.take());
+    let out = finish_within(orphan, Duration::from_secs(10), "the orphan");
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr).trim(),
+        "error: rank 0 of 2: its launcher (process 4242) ended, so it stops"
+    );
+}
+
+/// The processes whose parent is `parent`, from `/proc`.
+#[cfg(target_os = "linux")]
+fn children_of(parent: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| stat(pid).is_some_and(|(_, ppid)| ppid == parent))
+        .collect()
+}
+
+/// Whether `pid` is a process that has not ended (a zombie has).
+#[cfg(target_os = "linux")]
+fn running(pid: u32) -> bool {
+    stat(pid).is_some_and(|(state, _)| state != 'Z' && state != 'X')
+}
+
+/// A process's state and parent, from `/proc/<pid>/stat` (`pid (name) state ppid ...`; the
+/// name may hold spaces and parentheses, so the fields are read after the last `)`).
+#[cfg(target_os = "linux")]
+fn stat(pid: u32) -> Option<(char, u32)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut fields = text.get(text.rfind(')')? + 1..)?.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    Some((state, fields.next()?.parse().ok()?))
+}
+
 #[test]
 fn a_run_resumes_only_with_its_number_of_processes_and_bad_flags_are_refused() {
     let dir = fresh_dir("processes-world");
