@@ -134,10 +134,52 @@ impl<B: Backend> FlatGrads<B> {
     ///
     /// [`StepError::Read`] when the device cannot be read.
     pub fn read(&self) -> Result<Vec<f32>, StepError> {
-        if self.parts.is_empty() {
+        self.read_with(Vec::new())
+    }
+
+    /// The values followed by `extra`'s (at f32), in the same one read: what a transport
+    /// sends along with the gradients, such as the step's loss, costs no read of its own.
+    /// [`unflatten`](Self::unflatten) takes the values without them.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::optim::GradientsParams;
+    /// use burn::tensor::Tensor;
+    /// use burn_mpric_scale::FlatGrads;
+    ///
+    /// type B = Autodiff<Flex>;
+    /// let device = Default::default();
+    /// let model: Linear<B> = LinearConfig::new(2, 1).init(&device);
+    /// let loss = model.forward(Tensor::<B, 2>::from_floats([[1.0, 2.0]], &device)).sum();
+    /// let grads = GradientsParams::from_grads(loss.backward(), &model);
+    ///
+    /// let flat = FlatGrads::new(&model, grads);
+    /// let extra = Tensor::<Flex, 1>::from_floats([7.0], &device);
+    /// assert_eq!(flat.read_with(vec![extra])?, [1.0, 2.0, 1.0, 7.0]);
+    /// # Ok::<(), burn_mpric_scale::StepError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`StepError::Read`] when the device cannot be read.
+    pub fn read_with(&self, extra: Vec<Tensor<B, 1>>) -> Result<Vec<f32>, StepError> {
+        let Some(device) = self
+            .device
+            .clone()
+            .or_else(|| extra.first().map(Tensor::device))
+        else {
             return Ok(Vec::new());
-        }
-        read_all_f32(Tensor::cat(self.parts.clone(), 0))
+        };
+        let extra = extra
+            .into_iter()
+            .map(|t| t.cast(FloatDType::F32).to_device(&device));
+        read_all_f32(Tensor::cat(
+            self.parts.iter().cloned().chain(extra).collect(),
+            0,
+        ))
     }
 
     /// `values` (laid out as [`read`](Self::read) returned them: another process's sum, say)

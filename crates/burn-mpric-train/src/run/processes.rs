@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use burn::optim::GradientsParams;
 use burn::tensor::backend::Backend;
-use burn::tensor::{DType, ElementConversion, FloatDType, Tensor, TensorData};
+use burn::tensor::{DType, FloatDType, Tensor, TensorData};
 use burn_mpric::MpDevice;
 use burn_mpric::scale::FlatGrads;
 use burn_mpric_cluster::{ClusterError, Coordinator, RunSpec, Timeouts, Worker};
@@ -318,15 +318,9 @@ impl Link {
     ) -> Result<StepGrads<B>, Error> {
         let failed = |e: burn_mpric::scale::StepError| Error::Step { step, source: e };
         let flat = FlatGrads::new(model, own.grads);
-        let mut values = flat.read().map_err(failed)?;
-        let loss: f32 = own
-            .scaled_loss
-            .inner()
-            .cast(FloatDType::F32)
-            .mean()
-            .into_scalar()
-            .elem();
-        values.push(loss);
+        // The loss travels after the gradients, read with them.
+        let loss = own.scaled_loss.inner().cast(FloatDType::F32).mean();
+        let mut values = flat.read_with(vec![loss]).map_err(failed)?;
         values.push(own.correct.unwrap_or(0) as f32);
         let mut held = self
             .worker

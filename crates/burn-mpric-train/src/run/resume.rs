@@ -30,9 +30,9 @@ pub(crate) struct SetAside {
 /// over (and, when an older one serves, set aside); when none serves, the error names the
 /// newest one's problem.
 ///
-/// A process that does not write (`set_aside` false: a multi-process run's other ranks)
+/// A process that does not write (`writer` false: a multi-process run's other ranks)
 /// chooses the same checkpoint but moves nothing.
-pub(crate) fn choose(plan: &Plan, set_aside: bool) -> Result<Resumed, Error> {
+pub(crate) fn choose(plan: &Plan, writer: bool) -> Result<Resumed, Error> {
     let output = &plan.recipe.output;
     let all = checkpoint::list(output)?;
     if all.is_empty() {
@@ -47,7 +47,7 @@ pub(crate) fn choose(plan: &Plan, set_aside: bool) -> Result<Resumed, Error> {
             Ok(verified) => {
                 let set_aside = refused
                     .into_iter()
-                    .filter(|_| set_aside)
+                    .filter(|_| writer)
                     .map(|(c, reason)| move_aside(&c, reason))
                     .collect::<Result<_, _>>()?;
                 return Ok(Resumed {

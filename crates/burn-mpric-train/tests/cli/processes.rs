@@ -4,7 +4,7 @@
 
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -109,6 +109,16 @@ fn assert_same_steps(a: &MetricsFile, b: &MetricsFile) {
     assert_eq!(a.eval, b.eval);
 }
 
+/// Trains `recipe(steps, checkpoint_every, devices)` in one process with `strategy = "ddp"`
+/// (one replica per device) into `dir/ddp`, and returns that output folder.
+#[cfg(feature = "ddp")]
+fn train_ddp(dir: &Path, steps: u64, checkpoint_every: u64, devices: &str) -> PathBuf {
+    let text = recipe(steps, checkpoint_every, devices, "strategy = \"ddp\"");
+    let path = write_recipe(dir, "ddp.toml", &text.replace("\"out\"", "\"ddp\""));
+    run_ok(dir, &["train", path.to_str().unwrap(), "-q"]);
+    dir.join("ddp")
+}
+
 /// The parameters of the newest checkpoint in `output`, verified.
 fn final_params(output: &Path) -> Vec<Vec<f32>> {
     let latest = checkpoint::latest(output).unwrap().unwrap();
@@ -119,12 +129,7 @@ fn final_params(output: &Path) -> Vec<Vec<f32>> {
 #[test]
 fn two_processes_take_the_in_process_ddp_run_s_steps_bit_for_bit_and_only_rank_0_writes() {
     let dir = fresh_dir("processes-2x1");
-    let ddp = write_recipe(
-        &dir,
-        "ddp.toml",
-        &recipe(40, 10, "[0, 0]", "strategy = \"ddp\"").replace("\"out\"", "\"ddp\""),
-    );
-    run_ok(&dir, &["train", ddp.to_str().unwrap(), "-q"]);
+    let ddp = train_ddp(&dir, 40, 10, "[0, 0]");
     let one = write_recipe(&dir, "r.toml", &recipe(40, 10, "[0]", ""));
 
     // Rank 1 is given another output folder (only the recipe's other fields must agree): it
@@ -147,13 +152,10 @@ fn two_processes_take_the_in_process_ddp_run_s_steps_bit_for_bit_and_only_rank_0
         "rank 1 wrote its output folder"
     );
 
-    let (m_ddp, m) = (metrics(&dir.join("ddp")), metrics(&dir.join("out")));
+    let (m_ddp, m) = (metrics(&ddp), metrics(&dir.join("out")));
     assert!(m.steps.iter().any(|r| r.skipped), "no step was skipped");
     assert_same_steps(&m_ddp, &m);
-    assert_eq!(
-        final_params(&dir.join("ddp")),
-        final_params(&dir.join("out"))
-    );
+    assert_eq!(final_params(&ddp), final_params(&dir.join("out")));
     // Rank 1 says what it decided: the same skips and final scale.
     let last = m.steps.last().unwrap();
     assert_eq!(
@@ -202,18 +204,13 @@ fn two_processes_follow_the_one_process_run_of_the_same_recipe() {
 #[test]
 fn two_processes_of_two_devices_follow_the_four_replica_ddp_run() {
     let dir = fresh_dir("processes-2x2");
-    let ddp = write_recipe(
-        &dir,
-        "ddp.toml",
-        &recipe(40, 40, "[0, 0, 0, 0]", "strategy = \"ddp\"").replace("\"out\"", "\"ddp\""),
-    );
-    run_ok(&dir, &["train", ddp.to_str().unwrap(), "-q"]);
+    let ddp = train_ddp(&dir, 40, 40, "[0, 0, 0, 0]");
     // Launched on one machine, the two processes split the four devices.
     let two = write_recipe(&dir, "r.toml", &recipe(40, 40, "[0, 0, 0, 0]", ""));
     let out = run_ok(&dir, &["launch", "2", two.to_str().unwrap(), "-q"]);
     assert!(out.contains("[rank 1] rank 1 of 2: steps 0 -> 40"), "{out}");
 
-    let (a, b) = (metrics(&dir.join("ddp")), metrics(&dir.join("out")));
+    let (a, b) = (metrics(&ddp), metrics(&dir.join("out")));
     assert_eq!(a.steps.len(), b.steps.len());
     assert!(b.steps.iter().any(|r| r.skipped), "no step was skipped");
     for (x, y) in a.steps.iter().zip(&b.steps) {
