@@ -1,7 +1,7 @@
 //! `cargo xtask burn023`: builds and tests the Burn 0.22 edition (`burn-mpric-022`) against
 //! Burn 0.23.0-pre.1, outside the workspace and outside CI.
 //!
-//! The edition and the core are copied into `target/burn023/` with a workspace of their own
+//! The edition, the core and the transports (burn-mpric-cluster) are copied into `target/burn023/` with a workspace of their own
 //! (the root's package fields, dependencies and profiles), every `=0.22.1` Burn requirement of
 //! the edition becomes `=0.23.0-pre.1`, and `cargo test` runs there with its own lock file and
 //! target folder, so nothing of the main build is touched.
@@ -61,11 +61,11 @@ fn workspace_manifest(root_manifest: &str, members: &[&str]) -> String {
 pub fn run(root: &Path, args: &[String]) -> Result<(), String> {
     let dir = root.join("target").join("burn023");
     let _ = fs::remove_dir_all(dir.join("burn-mpric-022"));
-    let _ = fs::remove_dir_all(dir.join("burn-mpric-core"));
-    copy_dir(
-        &root.join("crates/burn-mpric-core"),
-        &dir.join("burn-mpric-core"),
-    )?;
+    // The crates the edition depends on by path (the core, and the Burn-free transports).
+    for shared in ["burn-mpric-core", "burn-mpric-cluster"] {
+        let _ = fs::remove_dir_all(dir.join(shared));
+        copy_dir(&root.join("crates").join(shared), &dir.join(shared))?;
+    }
     copy_dir(
         &root.join("crates/burn-mpric-022"),
         &dir.join("burn-mpric-022"),
@@ -73,7 +73,10 @@ pub fn run(root: &Path, args: &[String]) -> Result<(), String> {
     let root_manifest = fs::read_to_string(root.join("Cargo.toml")).map_err(|e| e.to_string())?;
     fs::write(
         dir.join("Cargo.toml"),
-        workspace_manifest(&root_manifest, &["burn-mpric-core", "burn-mpric-022"]),
+        workspace_manifest(
+            &root_manifest,
+            &["burn-mpric-core", "burn-mpric-cluster", "burn-mpric-022"],
+        ),
     )
     .map_err(|e| e.to_string())?;
     let manifest = dir.join("burn-mpric-022/Cargo.toml");

@@ -1,9 +1,10 @@
 //! Developer tasks, run as `cargo xtask <command>`.
 //!
-//! - `check`: the Vulkan preflight (`vulkan.rs`, shared with the benchmark suite), the layout
+//! - `check`: the Vulkan and MPI preflights (`vulkan.rs`, `mpi.rs`), the layout
 //!   rules (no import circles, a Burn-independent core; see `layout.rs`), the documentation
 //!   rules (no path outside the repository, relative links that resolve, the op table's
-//!   document; see `docs.rs`), formatting, lints and the whole test suite, as CI runs them.
+//!   document; see `docs.rs`), formatting, lints and the whole test suite with the MPI
+//!   transport built in (`mpi::FEATURES`), as CI runs them.
 //! - `burn023`: the Burn 0.22 edition's tests against Burn 0.23.0-pre.1 (outside CI; see
 //!   `burn023.rs`).
 //! - `bench`: builds the benchmark suite (`mpric-bench`) in release mode and runs it; the
@@ -12,6 +13,7 @@
 mod burn023;
 mod docs;
 mod layout;
+mod mpi;
 
 use std::path::Path;
 use std::process::{Command, ExitCode};
@@ -46,27 +48,45 @@ fn vulkan_preflight() -> Result<(), String> {
 
 fn check() -> Result<(), String> {
     vulkan_preflight()?;
+    mpi::preflight()?;
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .ok_or("xtask has no parent directory")?;
     layout::check(root)?;
     docs::check(root)?;
     cargo(&["fmt", "--all", "--", "--check"])?;
+    // One feature set for lints and tests, so that both share one build: the MPI transport
+    // and its tests under `mpirun` are in it.
     cargo(&[
         "clippy",
         "--workspace",
         "--all-targets",
+        "--features",
+        mpi::FEATURES,
         "--",
         "-D",
         "warnings",
     ])?;
-    cargo(&["test", "--workspace"])
+    for (key, value) in mpi::environment() {
+        if std::env::var_os(key).is_none() {
+            // SAFETY: xtask runs one thread here; the variables reach the MPI tests.
+            unsafe { std::env::set_var(key, value) };
+        }
+    }
+    cargo(&["test", "--workspace", "--features", mpi::FEATURES])
 }
 
 /// `cargo run --release -p burn-mpric-bench -- ARGS`, with the report in the workspace's
 /// `target/bench` unless `--out` is given, the `cuda` feature when `--backend cuda` is, and
 /// the `fusion` feature (Burn's default kernel fusion and autotuning) for `--fusion`.
 fn bench(args: &[String]) -> Result<(), String> {
+    if args.first().is_some_and(|a| a == "--allreduce") {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .ok_or("xtask has no parent directory")?;
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        return mpi::bench(&cargo, root, &args[1..]);
+    }
     let mut cmd: Vec<String> = ["run", "--release", "-p", "burn-mpric-bench"]
         .map(String::from)
         .to_vec();
@@ -106,7 +126,10 @@ commands:
   bench    the benchmark suite in release mode; report in target/bench/
            options: --full, --backend flex|wgpu|cuda, --workload NAME (both repeatable),
            --out DIR, --fusion (Wgpu and CUDA with Burn's default kernel fusion and
-           autotuning); `cargo xtask bench --help` lists them all";
+           autotuning); `cargo xtask bench --help` lists them all
+  bench --allreduce [--sizes N,M] [--reps N]
+           instead: the cost of one step's all-reduce under mpirun (MPI exact, MPI fast,
+           the TCP star) for 2, 3 and 4 processes; report in target/bench/allreduce.md";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -38,4 +38,8 @@ pub enum StepError {
         /// The gradient's shape.
         got: Vec<usize>,
     },
+    /// A sum across processes ([`DataParallel`](crate::DataParallel)) failed: a process was
+    /// lost or refused, named in the message.
+    #[error("the sum across processes failed: {0}")]
+    Transport(#[from] burn_mpric_cluster::ClusterError),
 }

@@ -58,6 +58,7 @@ mod check;
 mod dtype;
 mod error;
 mod overflow;
+mod processes;
 mod scaler;
 mod train;
 
@@ -68,6 +69,7 @@ pub use cast::{CastFloat, cast_for_compute, cast_for_output};
 pub use dtype::{from_burn_dtype, resolve_policy, supported_float_dtypes, to_burn_dtype};
 pub use error::StepError;
 pub use overflow::find_overflow;
+pub use processes::DataParallel;
 pub use scaler::{CheckedGrads, LossScaler};
 pub use train::{
     LossScaleMetric, LossStep, ScaleRecord, Scaled, ScaledOutput, ScalerHandle, SkippedStepsMetric,

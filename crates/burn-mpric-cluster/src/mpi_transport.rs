@@ -27,15 +27,20 @@ use crate::transport::{Reduction, Transport, sum_in_rank_order};
 /// [`end_mpi`], and only once.
 static UNIVERSE: Mutex<Option<Universe>> = Mutex::new(None);
 
-/// The tag of the per-step arrival notes that let a timed-out rank name the one missing.
+/// The tags of the watchdog's messages: a rank arrived at a step, a ping, its answer.
 const ARRIVED: i32 = 0x4d50;
+const PING: i32 = 0x4d51;
+const PONG: i32 = 0x4d52;
+
+/// How long a rank whose step timed out waits for the answers to its pings.
+const PROBE: Duration = Duration::from_secs(1);
 
 /// How long a wait polls MPI without pause before it starts to sleep between polls.
 const SPIN: Duration = Duration::from_millis(2);
 
-/// How long a rank whose step timed out waits, once rank 0 has arrived, for rank 0 to abort
-/// the run naming the rank it is missing.
-const NAMING_GRACE: Duration = Duration::from_secs(2);
+/// How long a rank whose step timed out, and whose rank 0 answers, waits for rank 0 to abort
+/// the job naming the rank that does not.
+const NAMING_GRACE: Duration = Duration::from_secs(3);
 
 /// This process's place in an MPI job, before it joins a run: MPI initialized, rank and world
 /// known.
@@ -283,13 +288,13 @@ impl Mpi {
     }
 
     /// Polls `request` until it completes; at `deadline`, aborts the job with a line naming
-    /// the rank(s) missing from `arrivals` (see [`Arrivals`]).
+    /// the ranks that did not arrive or do not answer (see [`Watch`]).
     fn complete<'a, D: ?Sized, S: Scope<'a>>(
         &self,
         mut request: Request<'a, D, S>,
         deadline: Instant,
         what: &str,
-        mut arrivals: Option<&mut Arrivals<'a, '_>>,
+        mut watch: Option<&mut Watch<'a, '_>>,
     ) {
         let started = Instant::now();
         loop {
@@ -297,13 +302,13 @@ impl Mpi {
                 Ok(_) => return,
                 Err(pending) => request = pending,
             }
-            if let Some(arrivals) = arrivals.as_deref_mut() {
-                arrivals.poll();
+            if let Some(watch) = watch.as_deref_mut() {
+                watch.poll();
             }
             let now = Instant::now();
             if now >= deadline {
                 let allowed = deadline.saturating_duration_since(started);
-                self.timed_out(what, allowed, arrivals.as_deref_mut());
+                self.timed_out(what, allowed, watch.as_deref_mut());
             }
             // Non-blocking collectives progress only inside MPI calls: poll in a tight loop
             // for the first moments (as blocking MPI calls do), then every 50 us, so that a
@@ -316,45 +321,54 @@ impl Mpi {
         }
     }
 
-    /// A wait ran out: names who is missing, or leaves it to rank 0 for a moment, then aborts.
-    fn timed_out(&self, what: &str, allowed: Duration, arrivals: Option<&mut Arrivals>) -> ! {
+    /// A wait ran out: finds who is missing or silent and says so, or leaves that to rank 0
+    /// for a moment, then aborts the job.
+    fn timed_out(&self, what: &str, allowed: Duration, watch: Option<&mut Watch>) -> ! {
         let me = self.rank;
-        let line = match arrivals {
-            None => format!("{what} did not complete within {}", seconds(allowed)),
-            Some(arrivals) => {
-                let missing = arrivals.missing();
-                if missing.is_empty() && me == 0 {
+        let within = seconds(allowed);
+        let line = match watch {
+            None => format!("{what} did not complete within {within}"),
+            Some(watch) => {
+                let absent = watch.absent();
+                let silent = watch.probe();
+                let named = |ranks: &[usize]| match ranks {
+                    [one] => format!("rank {one}"),
+                    many => format!(
+                        "ranks {}",
+                        many.iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                };
+                if !absent.is_empty() {
                     format!(
-                        "{what} did not complete within {} though every rank arrived",
-                        seconds(allowed)
+                        "{} did not reach {what} within {within} (stopped, stuck or too slow); the run is aborted",
+                        named(&absent)
                     )
-                } else if missing.is_empty() {
-                    // Rank 0 arrived: it knows who did not and says so first.
-                    let until = arrivals.rank0_seen.unwrap_or_else(Instant::now)
-                        + self.step_allowance()
-                        + NAMING_GRACE;
+                } else if !silent.is_empty() {
+                    format!(
+                        "{} did not finish {what} within {within} and does not answer (stopped or stuck); the run is aborted",
+                        named(&silent)
+                    )
+                } else if me == 0 {
+                    format!("{what} did not complete within {within} though every rank answers")
+                } else {
+                    // Rank 0 answers: it finds the rank that does not and says so first.
+                    let until = Instant::now() + NAMING_GRACE;
                     while Instant::now() < until {
-                        arrivals.poll();
-                        std::thread::sleep(Duration::from_millis(10));
+                        watch.poll();
+                        std::thread::sleep(Duration::from_millis(1));
                     }
                     format!(
-                        "{what} did not complete within {}: rank 0 arrived, another rank did not",
-                        seconds(allowed)
-                    )
-                } else {
-                    let names: Vec<String> = missing.iter().map(|r| r.to_string()).collect();
-                    let who = match names.len() {
-                        1 => format!("rank {}", names[0]),
-                        _ => format!("ranks {}", names.join(", ")),
-                    };
-                    format!(
-                        "{who} did not reach {what} within {} (stopped, stuck or too slow); the run is aborted",
-                        seconds(allowed)
+                        "{what} did not complete within {within}: rank 0 answers, another rank does not"
                     )
                 }
             }
         };
-        eprintln!("error: rank {me} of {}: {line}", self.world);
+        // One write, so that it does not interleave with the other ranks' lines.
+        let line = format!("error: rank {me} of {}: {line}\n", self.world);
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
         MpiWorld::abort(1)
     }
 
@@ -368,59 +382,101 @@ impl Mpi {
     }
 }
 
-/// Small per-step notes between rank 0 and every other rank, sent as each arrives at a step,
-/// so that a rank whose step timed out can tell who never came.
-struct Arrivals<'a, 'b> {
-    rank: usize,
-    /// Rank 0: one received note per rank (its own slot unused); others: rank 0's note.
-    received: Vec<Option<Request<'a, u64, &'b LocalScope<'a>>>>,
-    seen: Vec<bool>,
-    sent: Vec<Request<'a, u64, &'b LocalScope<'a>>>,
-    rank0_seen: Option<Instant>,
+/// The buffers of one step's [`Watch`], which must outlive the step's requests.
+struct Notes {
+    step: u64,
+    arrived: Vec<u64>,
+    pings: Vec<u64>,
+    pongs: Vec<u64>,
 }
 
-impl<'a, 'b> Arrivals<'a, 'b> {
-    fn post(
-        scope: &'b LocalScope<'a>,
-        comm: &SimpleCommunicator,
-        note: &'a u64,
-        inbox: &'a mut [u64],
-    ) -> Self {
-        let (rank, world) = (comm.rank() as usize, comm.size() as usize);
-        let mut received = Vec::new();
-        let mut sent = Vec::new();
-        let mut seen = vec![false; world];
-        seen[rank] = true;
-        for (peer, slot) in inbox.iter_mut().enumerate() {
-            let talks = peer != rank && (rank == 0 || peer == 0);
-            if talks {
-                let process = comm.process_at_rank(peer as i32);
-                sent.push(process.immediate_send_with_tag(scope, note, ARRIVED));
-                received.push(Some(
-                    process.immediate_receive_into_with_tag(scope, slot, ARRIVED),
-                ));
-            } else {
-                received.push(None);
-            }
-        }
+impl Notes {
+    fn new(step: u64, world: usize) -> Self {
         Self {
-            rank,
-            received,
-            seen,
-            sent,
-            rank0_seen: (rank == 0).then(Instant::now),
+            step,
+            arrived: vec![u64::MAX; world],
+            pings: vec![0; world],
+            pongs: vec![0; world],
         }
     }
+}
 
+/// The watchdog's messages of one step, between rank 0 and every other rank: each rank
+/// tells the other side when it arrives at the step, and answers a ping while it waits. A
+/// rank whose step timed out knows who never arrived; it pings the others and learns who
+/// arrived but no longer answers (stopped inside the collective).
+struct Watch<'a, 'b> {
+    scope: &'b LocalScope<'a>,
+    /// The peers this rank watches: every other rank on rank 0, rank 0 elsewhere.
+    peers: Vec<usize>,
+    note: &'a u64,
+    arrivals: Vec<(usize, Option<Request<'a, u64, &'b LocalScope<'a>>>)>,
+    pings: Vec<(usize, Option<Request<'a, u64, &'b LocalScope<'a>>>)>,
+    pongs: Option<&'a mut [u64]>,
+    sent: Vec<Request<'a, u64, &'b LocalScope<'a>>>,
+    arrived: Vec<bool>,
+}
+
+impl<'a, 'b> Watch<'a, 'b> {
+    fn post(scope: &'b LocalScope<'a>, comm: &SimpleCommunicator, notes: &'a mut Notes) -> Self {
+        let (rank, world) = (comm.rank() as usize, comm.size() as usize);
+        let Notes {
+            step,
+            arrived,
+            pings,
+            pongs,
+        } = notes;
+        let peers: Vec<usize> = (0..world)
+            .filter(|&peer| peer != rank && (rank == 0 || peer == 0))
+            .collect();
+        let mut watch = Self {
+            scope,
+            peers: peers.clone(),
+            note: step,
+            arrivals: Vec::new(),
+            pings: Vec::new(),
+            pongs: Some(pongs),
+            sent: Vec::new(),
+            arrived: (0..world).map(|peer| !peers.contains(&peer)).collect(),
+        };
+        for ((peer, arrival), ping) in arrived.iter_mut().enumerate().zip(pings.iter_mut()) {
+            if !watch.peers.contains(&peer) {
+                continue;
+            }
+            let process = comm.process_at_rank(peer as i32);
+            watch
+                .sent
+                .push(process.immediate_send_with_tag(scope, watch.note, ARRIVED));
+            watch.arrivals.push((
+                peer,
+                Some(process.immediate_receive_into_with_tag(scope, arrival, ARRIVED)),
+            ));
+            watch.pings.push((
+                peer,
+                Some(process.immediate_receive_into_with_tag(scope, ping, PING)),
+            ));
+        }
+        watch
+    }
+
+    /// Takes in the notes that came, and answers pings.
     fn poll(&mut self) {
-        for (peer, slot) in self.received.iter_mut().enumerate() {
+        for (peer, slot) in &mut self.arrivals {
+            if let Some(request) = slot.take() {
+                match request.test() {
+                    Ok(_) => self.arrived[*peer] = true,
+                    Err(pending) => *slot = Some(pending),
+                }
+            }
+        }
+        let comm = SimpleCommunicator::world();
+        for (peer, slot) in &mut self.pings {
             if let Some(request) = slot.take() {
                 match request.test() {
                     Ok(_) => {
-                        self.seen[peer] = true;
-                        if peer == 0 {
-                            self.rank0_seen = Some(Instant::now());
-                        }
+                        let process = comm.process_at_rank(*peer as i32);
+                        self.sent
+                            .push(process.immediate_send_with_tag(self.scope, self.note, PONG));
                     }
                     Err(pending) => *slot = Some(pending),
                 }
@@ -428,22 +484,74 @@ impl<'a, 'b> Arrivals<'a, 'b> {
         }
     }
 
-    /// The ranks this rank expected a note from and has not heard: every other rank on rank
-    /// 0, rank 0 elsewhere.
-    fn missing(&self) -> Vec<usize> {
-        (0..self.seen.len())
-            .filter(|&peer| !self.seen[peer] && (self.rank == 0 || peer == 0))
+    /// The watched peers that never arrived at this step.
+    fn absent(&mut self) -> Vec<usize> {
+        self.poll();
+        self.peers
+            .iter()
+            .copied()
+            .filter(|&peer| !self.arrived[peer])
             .collect()
     }
 
-    /// Waits for the notes still in flight (every rank has arrived once the step's
-    /// collective completed).
-    fn settle(self) {
+    /// Pings every watched peer and returns those that do not answer within a second.
+    fn probe(&mut self) -> Vec<usize> {
+        let Some(pongs) = self.pongs.take() else {
+            return Vec::new();
+        };
+        let comm = SimpleCommunicator::world();
+        let mut waiting = Vec::new();
+        for (peer, pong) in pongs.iter_mut().enumerate() {
+            if !self.peers.contains(&peer) {
+                continue;
+            }
+            let process = comm.process_at_rank(peer as i32);
+            self.sent
+                .push(process.immediate_send_with_tag(self.scope, self.note, PING));
+            waiting.push((
+                peer,
+                Some(process.immediate_receive_into_with_tag(self.scope, pong, PONG)),
+            ));
+        }
+        let until = Instant::now() + PROBE;
+        while Instant::now() < until && waiting.iter().any(|(_, r)| r.is_some()) {
+            self.poll();
+            for (_, slot) in &mut waiting {
+                if let Some(request) = slot.take()
+                    && let Err(pending) = request.test()
+                {
+                    *slot = Some(pending);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let silent = waiting
+            .iter()
+            .filter(|(_, r)| r.is_some())
+            .map(|(peer, _)| *peer)
+            .collect();
+        // The job is aborted next: the requests still open end with it.
+        std::mem::forget(waiting);
+        silent
+    }
+
+    /// Completes the step's notes once its collective has completed (every rank arrived):
+    /// the notes in flight are waited for, the pings never sent are cancelled.
+    fn settle(mut self) {
+        self.poll();
         for request in self.sent {
             request.wait_without_status();
         }
-        for request in self.received.into_iter().flatten() {
-            request.wait_without_status();
+        for (_, request) in self.arrivals {
+            if let Some(request) = request {
+                request.wait_without_status();
+            }
+        }
+        for (_, request) in self.pings {
+            if let Some(request) = request {
+                request.cancel();
+                request.wait_without_status();
+            }
         }
     }
 }
@@ -468,45 +576,41 @@ impl Transport for Mpi {
         let deadline = Instant::now() + self.step_allowance();
         let what = format!("step {step}");
         let comm = SimpleCommunicator::world();
-        let note = step;
-        let mut inbox = vec![0u64; self.world];
+        let mut notes = Notes::new(step, self.world);
         let summed = match self.reduction {
             Reduction::Exact => {
                 let mut gathered = vec![0f32; values.len() * self.world];
                 ::mpi::request::scope(|scope| {
-                    let mut arrivals = Arrivals::post(scope, &comm, &note, &mut inbox);
+                    let mut watch = Watch::post(scope, &comm, &mut notes);
                     let request = comm.immediate_all_gather_into(scope, values, &mut gathered[..]);
-                    self.complete(request, deadline, &what, Some(&mut arrivals));
-                    arrivals.settle();
+                    self.complete(request, deadline, &what, Some(&mut watch));
+                    watch.settle();
                 });
                 sum_in_rank_order(&gathered, values.len())
             }
             Reduction::Fast => {
                 let mut sum = vec![0f32; values.len()];
                 ::mpi::request::scope(|scope| {
-                    let mut arrivals = Arrivals::post(scope, &comm, &note, &mut inbox);
+                    let mut watch = Watch::post(scope, &comm, &mut notes);
                     let request = comm.immediate_all_reduce_into(
                         scope,
                         values,
                         &mut sum[..],
                         SystemOperation::sum(),
                     );
-                    self.complete(request, deadline, &what, Some(&mut arrivals));
-                    arrivals.settle();
+                    self.complete(request, deadline, &what, Some(&mut watch));
+                    watch.settle();
                 });
                 sum
             }
         };
-        if let Some(peer) = inbox
-            .iter()
-            .enumerate()
-            .find(|&(peer, &at)| peer != self.rank && (self.rank == 0 || peer == 0) && at != step)
-        {
+        let peers = (0..self.world).filter(|&p| p != self.rank && (self.rank == 0 || p == 0));
+        if let Some(peer) = peers.into_iter().find(|&p| notes.arrived[p] != step) {
             return Err(ClusterError::Protocol {
-                rank: peer.0,
+                rank: peer,
                 reason: format!(
                     "was at step {} when rank {} was at {step}",
-                    peer.1, self.rank
+                    notes.arrived[peer], self.rank
                 ),
             });
         }

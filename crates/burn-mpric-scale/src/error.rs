@@ -50,6 +50,10 @@ pub enum StepError {
         /// The values handed back.
         got: usize,
     },
+    /// A sum across processes ([`DataParallel`](crate::DataParallel)) failed: a process was
+    /// lost or refused, named in the message.
+    #[error("the sum across processes failed: {0}")]
+    Transport(#[from] burn_mpric_cluster::ClusterError),
     /// An all-reduce through burn-collective failed (a peer that did not register, tensors of
     /// different shapes on different peers, ...).
     #[cfg(feature = "collective")]

@@ -12,7 +12,8 @@ use crate::error::Error;
 use crate::launch::{end_with_launcher, launch};
 use crate::plan::Plan;
 use crate::recipe::{BackendConfig, BackendName};
-use crate::run::{MIN_STEP_TIMEOUT, Processes, Summary, TrainOptions, train};
+use crate::run::{Engine, MIN_STEP_TIMEOUT, Processes, Summary, TrainOptions, train};
+use burn_mpric_cluster::{Reduction, launched_by_mpi};
 
 /// Train Burn models from recipe files, with mixed precision.
 #[derive(Debug, Parser)]
@@ -79,8 +80,9 @@ pub(crate) struct TrainArgs {
     /// No progress bar and no per-checkpoint lines; only the final summary.
     #[arg(long, short)]
     pub(crate) quiet: bool,
-    /// The number of processes of a multi-process run (default: SLURM_STEP_NUM_TASKS in an
-    /// srun task, else 1).
+    /// The number of processes of a multi-process run over the TCP star (default: MPI's
+    /// under mpirun/srun with an mpric built with MPI, else SLURM_STEP_NUM_TASKS in an srun
+    /// task, else 1).
     #[arg(long, env = "MPRIC_WORLD", value_name = "N")]
     pub(crate) world: Option<usize>,
     /// This process's rank, 0 to N-1 (default: SLURM_PROCID in an srun task). Rank 0 hosts the
@@ -108,6 +110,11 @@ pub(crate) struct TrainArgs {
     /// launch` sets it).
     #[arg(long, env = "MPRIC_LOCAL_WORLD", requires = "local_rank")]
     pub(crate) local_world: Option<usize>,
+    /// How an MPI run adds the processes' gradients: `exact` (gathered, added in rank order:
+    /// the same bits as one process and on any cluster) or `fast` (MPI_Allreduce: fewer
+    /// bytes, last bits depend on MPI's algorithm). The TCP star always adds exactly.
+    #[arg(long, env = "MPRIC_REDUCE", value_name = "exact|fast")]
+    pub(crate) reduce: Option<Reduction>,
 }
 
 /// `mpric launch`.
@@ -163,13 +170,20 @@ pub(crate) struct PolicyArgs {
 /// ```
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+    let code = match run(cli) {
+        Ok(()) => 0,
         Err(err) => {
-            eprintln!("error: {err}");
-            ExitCode::from(err.exit_code())
+            // One write: the lines of several processes (mpirun's) must not interleave.
+            use std::io::Write;
+            let _ = std::io::stderr().write_all(format!("error: {err}\n").as_bytes());
+            err.exit_code()
         }
-    }
+    };
+    // A rank of an MPI run that failed on its own aborts the job, so that no other rank
+    // waits for it; after a clean run, or a refusal every rank saw, MPI is finalized.
+    #[cfg(feature = "mpi")]
+    burn_mpric_cluster::end_mpi(i32::from(code));
+    ExitCode::from(code)
 }
 
 /// Runs `mpric` with these arguments (the first one is the program name); output goes to
@@ -206,7 +220,7 @@ pub(crate) fn run(cli: Cli) -> Result<(), Error> {
                 until: args.until,
                 progress: !args.quiet,
                 log: !args.quiet,
-                processes: processes(&args, |key| std::env::var(key).ok())?,
+                processes: processes(&args, |key| std::env::var(key).ok(), mpi_place)?,
             };
             end_with_launcher(options.processes.as_ref().map(|p| (p.rank, p.world)));
             // The run starts the device once and announces itself (unless quiet) after the
@@ -256,15 +270,18 @@ pub(crate) fn run(cli: Cli) -> Result<(), Error> {
     }
 }
 
-/// This process's place in a multi-process run, from the flags, `MPRIC_*` (read by clap) or,
-/// when neither gives the world size, from a task of an `srun` step (`SLURM_STEP_NUM_TASKS`,
-/// `SLURM_PROCID`; a batch script outside `srun` sets `SLURM_NTASKS` and `SLURM_PROCID` for
-/// its one process, which must stay a run of one); `None` for a run of one process.
+/// This process's place in a multi-process run: from MPI when an MPI launcher started it
+/// (`mpirun`, `srun` with PMI/PMIx) and no --world is given; else from the flags, `MPRIC_*`
+/// (read by clap) or, when neither gives the world size, from a task of an `srun` step
+/// (`SLURM_STEP_NUM_TASKS`, `SLURM_PROCID`; a batch script outside `srun` sets `SLURM_NTASKS`
+/// and `SLURM_PROCID` for its one process, which must stay a run of one); `None` for a run
+/// of one process. `mpi` initializes MPI and gives this process's (rank, world).
 fn processes(
     args: &TrainArgs,
     env: impl Fn(&str) -> Option<String>,
+    mpi: impl FnOnce() -> Result<(usize, usize), Error>,
 ) -> Result<Option<Processes>, Error> {
-    let slurm = |key: &str| -> Result<Option<usize>, Error> {
+    let number = |key: &str| -> Result<Option<usize>, Error> {
         match env(key) {
             None => Ok(None),
             Some(text) => text.trim().parse().map(Some).map_err(|_| {
@@ -274,50 +291,105 @@ fn processes(
             }),
         }
     };
+    let shortest = MIN_STEP_TIMEOUT.as_secs_f64();
+    let timeout_ok =
+        args.timeout.is_finite() && args.timeout >= shortest && args.timeout <= 86_400.0;
     let under_srun = args.world.is_none()
         && env("SLURM_STEP_NUM_TASKS").is_some()
         && env("SLURM_PROCID").is_some();
-    let (world, rank) = if under_srun {
-        (
-            slurm("SLURM_STEP_NUM_TASKS")?,
-            args.rank.or(slurm("SLURM_PROCID")?),
-        )
+    let by_mpi = args.world.is_none() && launched_by_mpi(&env);
+    let mut processes = if by_mpi && (cfg!(feature = "mpi") || !under_srun) {
+        if !cfg!(feature = "mpi") {
+            return Err(Error::Usage(format!(
+                "started by an MPI launcher, but {}",
+                crate::run::MPI_NOT_BUILT
+            )));
+        }
+        if args.rank.is_some() {
+            return Err(Error::Usage(
+                "--rank: under an MPI launcher the rank comes from MPI; leave it out".into(),
+            ));
+        }
+        let (rank, world) = mpi()?;
+        let reduction = args.reduce.unwrap_or_default();
+        if world == 1 {
+            return Ok(None);
+        }
+        let mut processes = Processes::new(world, rank)?;
+        processes.engine = Engine::Mpi(reduction);
+        // The launcher's own count of this machine's processes, which split its devices.
+        let local = [
+            ("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
+            ("MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
+        ]
+        .into_iter()
+        .find_map(|(r, w)| Some((number(r).transpose()?, number(w).transpose()?)));
+        if args.local_rank.is_none()
+            && let Some((Ok(local_rank), Ok(local_world))) = local
+        {
+            processes = processes.on_machine(local_rank, local_world)?;
+        }
+        processes
     } else {
-        (args.world, args.rank)
-    };
-    let Some(world) = world else {
-        return match rank {
-            Some(rank) => Err(Error::Usage(format!(
-                "--rank {rank} needs --world, the number of processes"
-            ))),
-            None => Ok(None),
+        let (world, rank) = if under_srun {
+            (
+                number("SLURM_STEP_NUM_TASKS")?,
+                args.rank.or(number("SLURM_PROCID")?),
+            )
+        } else {
+            (args.world, args.rank)
         };
+        let Some(world) = world else {
+            return match rank {
+                Some(rank) => Err(Error::Usage(format!(
+                    "--rank {rank} needs --world, the number of processes"
+                ))),
+                None => Ok(None),
+            };
+        };
+        if world == 1 && rank.unwrap_or(0) == 0 {
+            return Ok(None);
+        }
+        let rank = rank.ok_or_else(|| {
+            Error::Usage(format!(
+                "--world {world} needs --rank, this process's rank (0 to {})",
+                world.saturating_sub(1)
+            ))
+        })?;
+        if args.reduce == Some(Reduction::Fast) {
+            return Err(Error::Usage(
+                "--reduce fast needs MPI (mpirun or srun, with an mpric built with --features mpi); the TCP star adds in rank order".into(),
+            ));
+        }
+        let mut processes = Processes::new(world, rank)?;
+        if let Some(coordinator) = &args.coordinator {
+            processes.coordinator = coordinator.clone();
+        }
+        processes
     };
-    if world == 1 && rank.unwrap_or(0) == 0 {
-        return Ok(None);
-    }
-    let rank = rank.ok_or_else(|| {
-        Error::Usage(format!(
-            "--world {world} needs --rank, this process's rank (0 to {})",
-            world.saturating_sub(1)
-        ))
-    })?;
-    let shortest = MIN_STEP_TIMEOUT.as_secs_f64();
-    if !(args.timeout.is_finite() && args.timeout >= shortest && args.timeout <= 86_400.0) {
+    if !timeout_ok {
         return Err(Error::Usage(format!(
             "--timeout {}: expected seconds from {shortest} to 86400",
             args.timeout
         )));
-    }
-    let mut processes = Processes::new(world, rank)?;
-    if let Some(coordinator) = &args.coordinator {
-        processes.coordinator = coordinator.clone();
     }
     processes.step_timeout = std::time::Duration::from_secs_f64(args.timeout);
     if let (Some(local_rank), Some(local_world)) = (args.local_rank, args.local_world) {
         processes = processes.on_machine(local_rank, local_world)?;
     }
     Ok(Some(processes))
+}
+
+/// Initializes MPI and reads this process's (rank, world).
+#[cfg(feature = "mpi")]
+fn mpi_place() -> Result<(usize, usize), Error> {
+    let world = burn_mpric_cluster::MpiWorld::init().map_err(|e| Error::Usage(e.to_string()))?;
+    Ok((world.rank(), world.world()))
+}
+
+#[cfg(not(feature = "mpi"))]
+fn mpi_place() -> Result<(usize, usize), Error> {
+    Err(Error::Usage(crate::run::MPI_NOT_BUILT.into()))
 }
 
 /// Prints to stdout; a closed stdout (`mpric ... | head`) is not an error.
@@ -416,7 +488,11 @@ fn explain_policy(args: &PolicyArgs) -> Result<(), Error> {
 mod tests {
     use clap::Parser;
 
-    use super::{Cli, Command, processes};
+    use super::{Cli, Command, Engine, Reduction, processes};
+
+    fn no_mpi() -> Result<(usize, usize), crate::Error> {
+        panic!("MPI is not asked for here")
+    }
 
     fn train_args(args: &[&str]) -> super::TrainArgs {
         let mut all = vec!["mpric", "train", "r.toml"];
@@ -435,19 +511,23 @@ mod tests {
             "SLURM_PROCID" => Some("2".to_string()),
             _ => None,
         };
-        let p = processes(&train_args(&[]), srun).unwrap().unwrap();
+        let p = processes(&train_args(&[]), srun, no_mpi).unwrap().unwrap();
         assert_eq!((p.world, p.rank), (4, 2));
         // The flags win over SLURM.
-        let p = processes(&train_args(&["--world", "2", "--rank", "1"]), srun)
+        let p = processes(&train_args(&["--world", "2", "--rank", "1"]), srun, no_mpi)
             .unwrap()
             .unwrap();
         assert_eq!((p.world, p.rank), (2, 1));
         // A batch script's own process (no srun step): one process.
         let batch = |key: &str| srun(key).filter(|_| key != "SLURM_STEP_NUM_TASKS");
-        assert!(processes(&train_args(&[]), batch).unwrap().is_none());
+        assert!(
+            processes(&train_args(&[]), batch, no_mpi)
+                .unwrap()
+                .is_none()
+        );
         let garbled =
             |key: &str| srun(key).map(|v| if key == "SLURM_PROCID" { "x".into() } else { v });
-        let err = processes(&train_args(&[]), garbled)
+        let err = processes(&train_args(&[]), garbled, no_mpi)
             .unwrap_err()
             .to_string();
         assert!(err.contains("SLURM_PROCID=x"), "{err}");
@@ -459,6 +539,7 @@ mod tests {
         let err = processes(
             &train_args(&["--world", "2", "--rank", "0", "--timeout", "1e-12"]),
             none,
+            no_mpi,
         )
         .unwrap_err()
         .to_string();
@@ -466,9 +547,73 @@ mod tests {
         let p = processes(
             &train_args(&["--world", "2", "--rank", "0", "--timeout", "0.5"]),
             none,
+            no_mpi,
         )
         .unwrap()
         .unwrap();
         assert_eq!(p.step_timeout, std::time::Duration::from_millis(500));
+    }
+
+    #[test]
+    fn under_mpirun_rank_and_world_come_from_mpi() {
+        let mpirun = |key: &str| match key {
+            "OMPI_COMM_WORLD_SIZE" => Some("3".to_string()),
+            "OMPI_COMM_WORLD_LOCAL_RANK" => Some("1".to_string()),
+            "OMPI_COMM_WORLD_LOCAL_SIZE" => Some("3".to_string()),
+            _ => None,
+        };
+        let from_mpi = || Ok((1, 3));
+        let result = processes(&train_args(&[]), mpirun, from_mpi);
+        if !cfg!(feature = "mpi") {
+            let err = result.unwrap_err().to_string();
+            assert!(err.contains("built without MPI"), "{err}");
+            return;
+        }
+        let p = result.unwrap().unwrap();
+        assert_eq!((p.world, p.rank, p.local_rank, p.local_world), (3, 1, 1, 3));
+        assert_eq!(p.engine, Engine::Mpi(Reduction::Exact));
+        let p = processes(&train_args(&["--reduce", "fast"]), mpirun, from_mpi)
+            .unwrap()
+            .unwrap();
+        assert_eq!(p.engine, Engine::Mpi(Reduction::Fast));
+        // `mpirun -np 1`: a run of one process.
+        assert!(
+            processes(&train_args(&[]), mpirun, || Ok((0, 1)))
+                .unwrap()
+                .is_none()
+        );
+        let err = processes(&train_args(&["--rank", "1"]), mpirun, from_mpi)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("the rank comes from MPI"), "{err}");
+        // The flags win over MPI: the TCP star.
+        let p = processes(
+            &train_args(&["--world", "2", "--rank", "1"]),
+            mpirun,
+            no_mpi,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(p.engine, Engine::Tcp);
+    }
+
+    #[test]
+    fn the_tcp_star_adds_exactly_only() {
+        let none = |_: &str| None;
+        let err = processes(
+            &train_args(&["--world", "2", "--rank", "0", "--reduce", "fast"]),
+            none,
+            no_mpi,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("--reduce fast needs MPI"), "{err}");
+        assert!(train_args_err(&["--reduce", "ring"]).contains("exact, fast"));
+    }
+
+    fn train_args_err(args: &[&str]) -> String {
+        let mut all = vec!["mpric", "train", "r.toml"];
+        all.extend(args);
+        Cli::try_parse_from(all).unwrap_err().to_string()
     }
 }

@@ -46,6 +46,6 @@ pub use error::{Error, RecipeError};
 pub use plan::{BackendCheck, Plan};
 pub use recipe::Recipe;
 pub use run::{
-    DEFAULT_COORDINATOR, DEFAULT_STEP_TIMEOUT, MAX_PROCESSES, MIN_STEP_TIMEOUT, Processes, Summary,
-    TrainOptions, train,
+    DEFAULT_COORDINATOR, DEFAULT_STEP_TIMEOUT, Engine, MAX_PROCESSES, MIN_STEP_TIMEOUT, Processes,
+    Summary, TrainOptions, train,
 };

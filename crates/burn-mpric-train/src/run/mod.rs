@@ -19,8 +19,9 @@ use crate::optim::with_optimizer;
 use crate::recipe::{BackendName, Strategy};
 use train::{Loop, Peers, Run};
 
+pub(crate) use processes::MPI_NOT_BUILT;
 pub use processes::{
-    DEFAULT_COORDINATOR, DEFAULT_STEP_TIMEOUT, MAX_PROCESSES, MIN_STEP_TIMEOUT, Processes,
+    DEFAULT_COORDINATOR, DEFAULT_STEP_TIMEOUT, Engine, MAX_PROCESSES, MIN_STEP_TIMEOUT, Processes,
 };
 pub use train::{Summary, TrainOptions, train};
 

@@ -1,21 +1,19 @@
-//! A run of several processes (`mpric train --world N --rank R`, or `mpric launch N`): each
-//! process drives its own devices as one loop (its share of every batch, one shard per
-//! device), and each step the processes sum their gradients, scaled loss and correct count
-//! through burn-mpric-cluster, so that every process steps the same model with the same
-//! gradients and takes the same skip decision. Rank 0 hosts the coordinator on a thread and
-//! is the only process that writes into the output folder.
+//! A run of several processes (`mpirun -np N mpric train`, `srun mpric train`, `mpric train
+//! --world N --rank R`, or `mpric launch N`): each process drives its own devices as one loop
+//! (its share of every batch, one shard per device), and each step the processes sum their
+//! gradients, scaled loss and correct count through a burn-mpric-cluster [`Transport`] (MPI
+//! or the TCP star: the step does not know which), so that every process steps the same
+//! model with the same gradients and takes the same skip decision. Rank 0 is the only
+//! process that writes into the output folder.
 
-use std::net::SocketAddr;
 use std::sync::Mutex;
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use burn::optim::GradientsParams;
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, FloatDType, Tensor, TensorData};
-use burn_mpric::MpDevice;
-use burn_mpric::scale::FlatGrads;
-use burn_mpric_cluster::{ClusterError, Coordinator, RunSpec, Timeouts, Worker};
+use burn_mpric::scale::{DataParallel, StepError};
+use burn_mpric::{MixedPrecision, MpDevice};
+use burn_mpric_cluster::{ClusterError, Coordinator, Reduction, RunSpec, Tcp, Timeouts, Transport};
 use serde_json::Value;
 
 use crate::checkpoint::Checkpoint;
@@ -42,6 +40,53 @@ pub const MIN_STEP_TIMEOUT: Duration = Duration::from_millis(100);
 /// every other one within 55 s (a process that never joins: 50 s after rank 0 started
 /// waiting, 55 s after another process did).
 pub const DEFAULT_STEP_TIMEOUT: Duration = Duration::from_secs(25);
+
+/// The engine that carries a multi-process run's sums.
+///
+/// ```
+/// use burn_mpric_train::{Engine, Processes};
+/// use burn_mpric_cluster::Reduction;
+///
+/// assert_eq!(Processes::new(2, 1)?.engine, Engine::Tcp);
+/// assert_eq!(Engine::Mpi(Reduction::Fast).to_string(), "mpi (fast)");
+/// # Ok::<(), burn_mpric_train::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Engine {
+    /// The TCP star (`--world`/`--rank`, `mpric launch`, `srun` without MPI): rank 0 hosts
+    /// the coordinator at [`Processes::coordinator`]; sums are added in rank order.
+    #[default]
+    Tcp,
+    /// MPI (`mpirun`, `srun` with PMI/PMIx; feature `mpi`): rank and world from the
+    /// launcher, sums by the given reduction.
+    Mpi(Reduction),
+}
+
+impl Engine {
+    /// How this engine adds the ranks' buffers.
+    ///
+    /// ```
+    /// use burn_mpric_train::Engine;
+    /// use burn_mpric_cluster::Reduction;
+    ///
+    /// assert_eq!(Engine::Tcp.reduction(), Reduction::Exact);
+    /// ```
+    pub fn reduction(&self) -> Reduction {
+        match self {
+            Engine::Tcp => Reduction::Exact,
+            Engine::Mpi(reduction) => *reduction,
+        }
+    }
+}
+
+impl std::fmt::Display for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Engine::Tcp => f.write_str("tcp (exact)"),
+            Engine::Mpi(reduction) => write!(f, "mpi ({reduction})"),
+        }
+    }
+}
 
 /// This process's place in a multi-process run.
 ///
@@ -76,6 +121,8 @@ pub struct Processes {
     /// The number of processes on this machine that split `backend.devices` (1: this
     /// process drives all of them).
     pub local_world: usize,
+    /// What carries the sums.
+    pub engine: Engine,
 }
 
 impl Processes {
@@ -106,6 +153,7 @@ impl Processes {
             step_timeout: DEFAULT_STEP_TIMEOUT,
             local_rank: 0,
             local_world: 1,
+            engine: Engine::Tcp,
         })
     }
 
@@ -223,22 +271,21 @@ impl Processes {
     }
 }
 
-/// This process's connection to the run: its worker, and on rank 0 the coordinator's thread.
+/// This process's connection to the run, over whichever engine carries it.
 pub(crate) struct Link {
     processes: Processes,
     /// `None` once a step failed: its connection is closed.
-    worker: Mutex<Option<Worker>>,
-    coordinator: Mutex<Option<JoinHandle<Result<u64, ClusterError>>>>,
+    parallel: Mutex<Option<DataParallel>>,
 }
 
-/// Rank 0's coordinator, listening from the start of the process (the join timeout counts
-/// from there) until the run's identity is known.
+/// Rank 0's coordinator of the TCP star, listening from the start of the process (the join
+/// timeout counts from there) until the run's identity is known.
 pub(crate) struct Listening(Option<Coordinator>);
 
 impl Listening {
-    /// On rank 0, binds the coordinator's address; on the others, nothing.
+    /// On rank 0 of a TCP run, binds the coordinator's address; elsewhere, nothing.
     pub(crate) fn bind(processes: &Processes) -> Result<Self, Error> {
-        if !processes.is_writer() {
+        if !processes.is_writer() || processes.engine != Engine::Tcp {
             return Ok(Self(None));
         }
         let mut spec = RunSpec::new(processes.world, Vec::new());
@@ -250,9 +297,8 @@ impl Listening {
 }
 
 impl Link {
-    /// Joins the run (rank 0 first starts its coordinator, bound by `listening`): returns
-    /// once every process has joined with the same `identity`, or with the reason the run
-    /// does not start.
+    /// Joins the run: returns once every process has joined with the same `identity`, or
+    /// with the reason the run does not start.
     pub(crate) fn join(
         processes: &Processes,
         listening: Listening,
@@ -260,44 +306,31 @@ impl Link {
     ) -> Result<Self, Error> {
         let mut spec = RunSpec::new(processes.world, identity);
         spec.timeouts = processes.timeouts();
-        let mut address = processes.coordinator.clone();
-        let coordinator = listening.0.map(|mut coordinator| {
-            coordinator.set_identity(spec.identity.clone());
-            address = own_address(coordinator.local_addr());
-            std::thread::spawn(move || coordinator.run())
-        });
-        let worker =
-            Worker::join(&address, processes.rank, &spec).map_err(|e| processes.error(e))?;
+        let failed = |e| processes.error(e);
+        let transport: Box<dyn Transport> = match processes.engine {
+            Engine::Tcp => Box::new(
+                Tcp::join(listening.0, &processes.coordinator, processes.rank, &spec)
+                    .map_err(failed)?,
+            ),
+            Engine::Mpi(reduction) => join_mpi(&spec, reduction).map_err(failed)?,
+        };
         Ok(Self {
             processes: processes.clone(),
-            worker: Mutex::new(Some(worker)),
-            coordinator: Mutex::new(coordinator),
+            parallel: Mutex::new(Some(DataParallel::new(transport))),
         })
     }
 
-    /// Says this process is done and waits for the others (and, on rank 0, the coordinator).
+    /// Says this process is done and waits for the others.
     pub(crate) fn finish(self) -> Result<(), Error> {
-        let Self {
-            processes,
-            worker,
-            coordinator,
-        } = self;
-        let worker =
-            worker.into_inner().ok().flatten().ok_or_else(|| {
+        let parallel =
+            self.parallel.into_inner().ok().flatten().ok_or_else(|| {
                 Error::Internal("the connection was closed by a failed step".into())
             })?;
-        if let Err(e) = worker.finish() {
-            settle(&coordinator);
-            return Err(processes.error(e));
+        match parallel.finish() {
+            Ok(()) => Ok(()),
+            Err(StepError::Transport(e)) => Err(self.processes.error(e)),
+            Err(e) => Err(Error::Internal(e.to_string())),
         }
-        let coordinator = coordinator.into_inner().ok().flatten();
-        if let Some(coordinator) = coordinator {
-            match coordinator.join() {
-                Ok(result) => result.map(|_| ()).map_err(|e| processes.error(e))?,
-                Err(_) => return Err(Error::Internal("the coordinator's thread panicked".into())),
-            }
-        }
-        Ok(())
     }
 
     /// This process's rank and the number of processes.
@@ -316,34 +349,29 @@ impl Link {
         device: &MpDevice<B>,
         own: StepGrads<B>,
     ) -> Result<StepGrads<B>, Error> {
-        let failed = |e: burn_mpric::scale::StepError| Error::Step { step, source: e };
-        let flat = FlatGrads::new(model, own.grads);
-        // The loss travels after the gradients, read with them.
+        // The loss and the count travel after the gradients, read with them.
         let loss = own.scaled_loss.inner().cast(FloatDType::F32).mean();
-        let mut values = flat.read_with(vec![loss]).map_err(failed)?;
-        values.push(own.correct.unwrap_or(0) as f32);
+        let correct = own.correct.unwrap_or(0) as f32;
+        let correct = TensorData::new(vec![correct], [1]);
+        let correct = Tensor::<MixedPrecision<B>, 1>::from_data(correct, device);
         let mut held = self
-            .worker
+            .parallel
             .lock()
             .map_err(|_| Error::Internal("a step failed while it held the connection".into()))?;
-        let worker = held
+        let parallel = held
             .as_mut()
             .ok_or_else(|| Error::Internal("the connection was closed by a failed step".into()))?;
-        let mut summed = match worker.all_reduce(step, &values) {
+        let (grads, extra) = match parallel.sum_grads_with(model, own.grads, vec![loss, correct]) {
             Ok(summed) => summed,
-            Err(e) => {
-                // Closed first, so that rank 0's coordinator, which waits for every rank to
-                // close before it returns, is not held up by this one.
+            Err(StepError::Transport(e)) => {
                 *held = None;
-                drop(held);
-                settle(&self.coordinator);
                 return Err(self.processes.error(e));
             }
+            Err(e) => return Err(Error::Step { step, source: e }),
         };
-        let (Some(correct), Some(loss)) = (summed.pop(), summed.pop()) else {
+        let [loss, correct] = extra[..] else {
             return Err(Error::Internal("the summed step has no loss".into()));
         };
-        let grads: GradientsParams = flat.unflatten(&summed).map_err(failed)?;
         let data = TensorData::new(vec![loss], [1]);
         let scaled_loss = Tensor::<Ad<B>, 1>::from_data(data, (device, DType::F32));
         Ok(StepGrads {
@@ -354,34 +382,19 @@ impl Link {
     }
 }
 
-/// On rank 0, waits (a few seconds at most) until the coordinator has told the other
-/// processes why the run stopped and closed their connections: a process that exits first
-/// resets them, and a reset may discard what they have not read yet.
-fn settle(coordinator: &Mutex<Option<JoinHandle<Result<u64, ClusterError>>>>) {
-    let Ok(guard) = coordinator.lock() else {
-        return;
-    };
-    if let Some(handle) = guard.as_ref() {
-        let until = Instant::now() + Duration::from_secs(5);
-        while !handle.is_finished() && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
+#[cfg(feature = "mpi")]
+fn join_mpi(spec: &RunSpec, reduction: Reduction) -> Result<Box<dyn Transport>, ClusterError> {
+    let world = burn_mpric_cluster::MpiWorld::init()?;
+    Ok(Box::new(world.join(spec, reduction)?))
 }
 
-/// The address rank 0's own worker reaches its coordinator at: the one it listens on, with a
-/// wildcard (`0.0.0.0`, `[::]`) replaced by loopback.
-fn own_address(listening: SocketAddr) -> String {
-    let mut addr = listening;
-    if addr.ip().is_unspecified() {
-        addr.set_ip(if addr.is_ipv4() {
-            std::net::Ipv4Addr::LOCALHOST.into()
-        } else {
-            std::net::Ipv6Addr::LOCALHOST.into()
-        });
-    }
-    addr.to_string()
+#[cfg(not(feature = "mpi"))]
+fn join_mpi(_: &RunSpec, _: Reduction) -> Result<Box<dyn Transport>, ClusterError> {
+    Err(ClusterError::Config(MPI_NOT_BUILT.into()))
 }
+
+/// Why an MPI run cannot start in an `mpric` built without the feature.
+pub(crate) const MPI_NOT_BUILT: &str = "this mpric is built without MPI: build it with `--features mpi` (needs an MPI library such as libopenmpi-dev, and libclang-dev), or start the processes with `mpric launch N` or --world/--rank";
 
 /// What every process of a run must agree on, field by field: the recipe (its output folder
 /// aside: only rank 0 writes there), the data it loaded, the checkpoint it resumes from, the
@@ -391,6 +404,7 @@ pub(crate) fn identity(
     resumed: Option<&Checkpoint>,
     until: Option<u64>,
     devices_per_process: usize,
+    reduction: Reduction,
 ) -> Result<Vec<(String, String)>, Error> {
     let recipe = plan.recipe.explicit().map_err(|e| e.in_file(&plan.label))?;
     let mut value = serde_json::to_value(&recipe)
@@ -425,6 +439,7 @@ pub(crate) fn identity(
         "--until".into(),
         until.map_or("not given".to_string(), |u| u.to_string()),
     ));
+    fields.push(("--reduce".into(), reduction.to_string()));
     fields.push(("mpric version".into(), env!("CARGO_PKG_VERSION").into()));
     Ok(fields)
 }
@@ -458,7 +473,7 @@ mod tests {
     fn the_identity_names_recipe_fields_by_path_and_leaves_the_output_out() {
         let mut recipe = Recipe::example();
         let plan = Plan::new(recipe.clone(), "r").unwrap();
-        let fields = identity(&plan, None, None, 1).unwrap();
+        let fields = identity(&plan, None, None, 1, Reduction::Exact).unwrap();
         let find = |key: &str| {
             fields
                 .iter()
@@ -470,23 +485,31 @@ mod tests {
         assert_eq!(find("the checkpoint resumed").unwrap(), "none (a new run)");
 
         recipe.output = "elsewhere".into();
-        let moved = identity(&Plan::new(recipe.clone(), "r").unwrap(), None, None, 1).unwrap();
+        let moved = identity(
+            &Plan::new(recipe.clone(), "r").unwrap(),
+            None,
+            None,
+            1,
+            Reduction::Exact,
+        )
+        .unwrap();
         assert_eq!(
             moved, fields,
             "the output folder may differ between machines"
         );
         let seed = recipe.seed;
         recipe.seed += 1;
-        let other = identity(&Plan::new(recipe, "r").unwrap(), None, None, 1).unwrap();
+        let other = identity(
+            &Plan::new(recipe, "r").unwrap(),
+            None,
+            None,
+            1,
+            Reduction::Exact,
+        )
+        .unwrap();
         assert_eq!(
             RunSpec::new(2, fields).difference(&other).unwrap(),
             format!("`seed` is {seed} in the run and {} here", seed + 1)
         );
-    }
-
-    #[test]
-    fn rank_zero_reaches_a_wildcard_listener_on_loopback() {
-        assert_eq!(own_address("0.0.0.0:7".parse().unwrap()), "127.0.0.1:7");
-        assert_eq!(own_address("10.1.2.3:7".parse().unwrap()), "10.1.2.3:7");
     }
 }

@@ -202,7 +202,8 @@ pub fn train(plan: &Plan, options: &TrainOptions) -> Result<Summary, Error> {
         (Some(p), Some(listening)) => {
             let resumed = resume.as_ref().map(|(c, _)| c);
             let devices = backend.device_list().len();
-            let identity = processes::identity(plan, resumed, options.until, devices)?;
+            let identity =
+                processes::identity(plan, resumed, options.until, devices, p.engine.reduction())?;
             Some(Link::join(p, listening, identity)?)
         }
         _ => None,

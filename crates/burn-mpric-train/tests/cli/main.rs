@@ -1,5 +1,5 @@
 //! End-to-end tests of the `mpric` binary and the recipe files: exact resume, a run killed
-//! with SIGKILL, checkpoint integrity, run locking and divergence, several devices, bad recipes, the quickstart's mixed-vs-f32 result, the plots, `mpric policy`, recipes on the user's own files, `mpric audit`, runs of several processes.
+//! with SIGKILL, checkpoint integrity, run locking and divergence, several devices, bad recipes, the quickstart's mixed-vs-f32 result, the plots, `mpric policy`, recipes on the user's own files, `mpric audit`, runs of several processes (over MPI too, with feature `mpi`).
 //!
 //! Every test runs the real binary on real files in its own folder under Cargo's
 //! per-target temporary directory.
@@ -9,6 +9,8 @@ mod bad_recipes;
 mod common;
 mod integrity;
 mod kill;
+#[cfg(feature = "mpi")]
+mod mpi;
 mod multi_device;
 mod overflow;
 mod plots;

@@ -15,7 +15,7 @@ use crate::common::{fresh_dir, metrics, mpric, run, run_ok, write_recipe};
 
 /// Iris with f16 compute and a first loss scale of 1e9: the first steps overflow, so skips
 /// and back-offs are part of what the processes must agree on.
-fn recipe(steps: u64, checkpoint_every: u64, devices: &str, strategy: &str) -> String {
+pub(crate) fn recipe(steps: u64, checkpoint_every: u64, devices: &str, strategy: &str) -> String {
     format!(
         r#"seed = 0
 batch_size = 32
@@ -44,7 +44,7 @@ lr = 0.01
 }
 
 /// A free port on loopback for a coordinator.
-fn free_port() -> String {
+pub(crate) fn free_port() -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     listener.local_addr().unwrap().to_string()
 }
@@ -70,7 +70,7 @@ fn spawn_rank(
 }
 
 /// Waits for a process, at most `bound`; kills it and fails when it takes longer.
-fn finish_within(child: Child, bound: Duration, what: &str) -> Output {
+pub(crate) fn finish_within(child: Child, bound: Duration, what: &str) -> Output {
     let started = Instant::now();
     let mut child = child;
     while child.try_wait().unwrap().is_none() {
@@ -83,7 +83,7 @@ fn finish_within(child: Child, bound: Duration, what: &str) -> Output {
     child.wait_with_output().unwrap()
 }
 
-fn text(bytes: &[u8]) -> String {
+pub(crate) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
@@ -101,7 +101,7 @@ fn decided(row: &StepRow) -> impl PartialEq + std::fmt::Debug {
     )
 }
 
-fn assert_same_steps(a: &MetricsFile, b: &MetricsFile) {
+pub(crate) fn assert_same_steps(a: &MetricsFile, b: &MetricsFile) {
     assert_eq!(a.steps.len(), b.steps.len());
     for (x, y) in a.steps.iter().zip(&b.steps) {
         assert_eq!(decided(x), decided(y), "step {}", x.step);
@@ -112,7 +112,7 @@ fn assert_same_steps(a: &MetricsFile, b: &MetricsFile) {
 /// Trains `recipe(steps, checkpoint_every, devices)` in one process with `strategy = "ddp"`
 /// (one replica per device) into `dir/ddp`, and returns that output folder.
 #[cfg(feature = "ddp")]
-fn train_ddp(dir: &Path, steps: u64, checkpoint_every: u64, devices: &str) -> PathBuf {
+pub(crate) fn train_ddp(dir: &Path, steps: u64, checkpoint_every: u64, devices: &str) -> PathBuf {
     let text = recipe(steps, checkpoint_every, devices, "strategy = \"ddp\"");
     let path = write_recipe(dir, "ddp.toml", &text.replace("\"out\"", "\"ddp\""));
     run_ok(dir, &["train", path.to_str().unwrap(), "-q"]);
@@ -120,7 +120,7 @@ fn train_ddp(dir: &Path, steps: u64, checkpoint_every: u64, devices: &str) -> Pa
 }
 
 /// The parameters of the newest checkpoint in `output`, verified.
-fn final_params(output: &Path) -> Vec<Vec<f32>> {
+pub(crate) fn final_params(output: &Path) -> Vec<Vec<f32>> {
     let latest = checkpoint::latest(output).unwrap().unwrap();
     latest.verify().unwrap().params
 }
@@ -503,7 +503,7 @@ fn a_killed_launcher_takes_its_processes_with_it() {
 
 /// The processes whose parent is `parent`, from `/proc`.
 #[cfg(target_os = "linux")]
-fn children_of(parent: u32) -> Vec<u32> {
+pub(crate) fn children_of(parent: u32) -> Vec<u32> {
     std::fs::read_dir("/proc")
         .unwrap()
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
@@ -513,14 +513,14 @@ fn children_of(parent: u32) -> Vec<u32> {
 
 /// Whether `pid` is a process that has not ended (a zombie has).
 #[cfg(target_os = "linux")]
-fn running(pid: u32) -> bool {
+pub(crate) fn running(pid: u32) -> bool {
     stat(pid).is_some_and(|(state, _)| state != 'Z' && state != 'X')
 }
 
 /// A process's state and parent, from `/proc/<pid>/stat` (`pid (name) state ppid ...`; the
 /// name may hold spaces and parentheses, so the fields are read after the last `)`).
 #[cfg(target_os = "linux")]
-fn stat(pid: u32) -> Option<(char, u32)> {
+pub(crate) fn stat(pid: u32) -> Option<(char, u32)> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let mut fields = text.get(text.rfind(')')? + 1..)?.split_whitespace();
     let state = fields.next()?.chars().next()?;

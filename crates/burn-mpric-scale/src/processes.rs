@@ -1,0 +1,252 @@
+//! [`DataParallel`]: data-parallel steps across processes for any training loop: each
+//! process's gradients are summed with every other's through a burn-mpric-cluster
+//! [`Transport`] (MPI or the TCP star), so the loss scaler that follows takes one decision
+//! on the same bits everywhere, and a non-finite gradient on one process skips the step on
+//! all.
+
+use burn::module::AutodiffModule;
+use burn::optim::GradientsParams;
+use burn::tensor::Tensor;
+use burn::tensor::backend::AutodiffBackend;
+use burn_mpric_cluster::Transport;
+
+use crate::error::StepError;
+use crate::flat::FlatGrads;
+
+/// This process's side of a data-parallel run across processes, over any [`Transport`]:
+/// [`Mpi`](burn_mpric_cluster::Mpi) under `mpirun`/`srun`, or [`Tcp`](burn_mpric_cluster::Tcp).
+///
+/// Each step, call [`sum_grads`](Self::sum_grads) (or [`mean_grads`](Self::mean_grads))
+/// between backward and the loss scaler's `step`: every process then holds the same
+/// gradients, so the scaler applies or skips the same steps and keeps the same scale on
+/// every process, as PyTorch's GradScaler does after DDP's all-reduce. Every process calls
+/// it once per step, in the same order.
+///
+/// ```
+/// use std::thread;
+/// use burn::backend::{Autodiff, Flex};
+/// use burn::nn::{Linear, LinearConfig};
+/// use burn::optim::{GradientsParams, SgdConfig};
+/// use burn::tensor::Tensor;
+/// use burn_mpric_cluster::{Coordinator, RunSpec, Tcp};
+/// use burn_mpric_scale::{DataParallel, LossScaler};
+///
+/// type B = Autodiff<Flex>;
+///
+/// // Two processes (threads here), each with its own batch; rank 1's is poisoned.
+/// let spec = RunSpec::new(2, vec![]);
+/// let coordinator = Coordinator::bind("127.0.0.1:0", spec.clone()).unwrap();
+/// let addr = coordinator.local_addr().to_string();
+/// let mut coordinator = Some(coordinator);
+/// let ranks: Vec<_> = (0..2)
+///     .map(|rank| {
+///         let (addr, spec, coordinator) = (addr.clone(), spec.clone(), coordinator.take());
+///         thread::spawn(move || {
+///             let device = Default::default();
+///             let transport = Tcp::join(coordinator, &addr, rank, &spec).unwrap();
+///             let mut dp = DataParallel::new(Box::new(transport));
+///             let model: Linear<B> = LinearConfig::new(2, 1).init(&device);
+///             let mut scaler = LossScaler::default();
+///             let x = if rank == 1 { f32::NAN } else { 1.0 };
+///             let loss = model.forward(Tensor::<B, 2>::from_floats([[x, 2.0]], &device)).sum();
+///             let grads = GradientsParams::from_grads(scaler.scale_loss(loss).backward(), &model);
+///             let grads = dp.mean_grads(&model, grads).unwrap();
+///             let (_model, outcome) = scaler.step(&mut SgdConfig::new().init(), 0.1, model, grads);
+///             dp.finish().unwrap();
+///             outcome.unwrap().is_skipped()
+///         })
+///     })
+///     .collect();
+/// // One process's NaN skips the step on both.
+/// assert!(ranks.into_iter().all(|r| r.join().unwrap()));
+/// ```
+pub struct DataParallel {
+    transport: Box<dyn Transport>,
+    /// Sums made so far: each is tagged with its number, which every process must share.
+    sums: u64,
+}
+
+impl std::fmt::Debug for DataParallel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DataParallel")
+            .field("rank", &self.transport.rank())
+            .field("world", &self.transport.world())
+            .field("sums", &self.sums)
+            .finish()
+    }
+}
+
+impl DataParallel {
+    /// Data-parallel steps over `transport`, already joined.
+    ///
+    /// See [`DataParallel`] for an example.
+    pub fn new(transport: Box<dyn Transport>) -> Self {
+        Self { transport, sums: 0 }
+    }
+
+    /// This process's rank.
+    ///
+    /// See [`DataParallel`] for an example.
+    pub fn rank(&self) -> usize {
+        self.transport.rank()
+    }
+
+    /// The number of processes.
+    ///
+    /// See [`DataParallel`] for an example.
+    pub fn world(&self) -> usize {
+        self.transport.world()
+    }
+
+    /// The sum over every process of the gradients of `module`'s parameters, at each
+    /// gradient's own dtype. Gradients of parameters outside `module` are dropped.
+    ///
+    /// See [`DataParallel`] for an example.
+    ///
+    /// # Errors
+    ///
+    /// [`StepError::Transport`] naming the lost or refused process; [`StepError::Read`]
+    /// when the device cannot be read.
+    pub fn sum_grads<AB, M>(
+        &mut self,
+        module: &M,
+        grads: GradientsParams,
+    ) -> Result<GradientsParams, StepError>
+    where
+        AB: AutodiffBackend,
+        M: AutodiffModule<AB>,
+    {
+        self.reduce(module, grads, Vec::new(), 1.0).map(|(g, _)| g)
+    }
+
+    /// The mean over every process of the gradients (their sum divided by the number of
+    /// processes): with each process's loss a mean over its own batch, the gradient of the
+    /// mean over all of them, as one process on the whole batch.
+    ///
+    /// See [`DataParallel`] for an example.
+    ///
+    /// # Errors
+    ///
+    /// As [`sum_grads`](Self::sum_grads).
+    pub fn mean_grads<AB, M>(
+        &mut self,
+        module: &M,
+        grads: GradientsParams,
+    ) -> Result<GradientsParams, StepError>
+    where
+        AB: AutodiffBackend,
+        M: AutodiffModule<AB>,
+    {
+        let factor = 1.0 / self.world() as f32;
+        self.reduce(module, grads, Vec::new(), factor)
+            .map(|(g, _)| g)
+    }
+
+    /// Like [`mean_grads`](Self::mean_grads), and also the mean over every process of each
+    /// of `extra`'s values (the step's loss, an accuracy), in the same exchange and the same
+    /// device read.
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::optim::GradientsParams;
+    /// use burn::tensor::Tensor;
+    /// use burn_mpric_cluster::{ClusterError, Transport};
+    /// use burn_mpric_scale::DataParallel;
+    ///
+    /// /// A run of one process.
+    /// struct Alone;
+    /// impl Transport for Alone {
+    ///     fn rank(&self) -> usize { 0 }
+    ///     fn world(&self) -> usize { 1 }
+    ///     fn all_reduce(&mut self, _: u64, v: &[f32]) -> Result<Vec<f32>, ClusterError> {
+    ///         Ok(v.to_vec())
+    ///     }
+    ///     fn finish(self: Box<Self>) -> Result<(), ClusterError> { Ok(()) }
+    /// }
+    ///
+    /// type B = Autodiff<Flex>;
+    /// let device = Default::default();
+    /// let model: Linear<B> = LinearConfig::new(2, 1).init(&device);
+    /// let loss = model.forward(Tensor::<B, 2>::from_floats([[1.0, 2.0]], &device)).sum();
+    /// let value = loss.clone().inner().reshape([1]);
+    /// let grads = GradientsParams::from_grads(loss.backward(), &model);
+    /// let mut dp = DataParallel::new(Box::new(Alone));
+    /// let (_grads, means) = dp.mean_grads_with(&model, grads, vec![value.clone()])?;
+    /// assert_eq!(means, value.into_data().to_vec::<f32>().unwrap());
+    /// # Ok::<(), burn_mpric_scale::StepError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`sum_grads`](Self::sum_grads).
+    pub fn mean_grads_with<AB, M>(
+        &mut self,
+        module: &M,
+        grads: GradientsParams,
+        extra: Vec<Tensor<AB::InnerBackend, 1>>,
+    ) -> Result<(GradientsParams, Vec<f32>), StepError>
+    where
+        AB: AutodiffBackend,
+        M: AutodiffModule<AB>,
+    {
+        let factor = 1.0 / self.world() as f32;
+        self.reduce(module, grads, extra, factor)
+    }
+
+    /// Like [`sum_grads`](Self::sum_grads), and also the sum over every process of each of
+    /// `extra`'s values (the step's scaled loss, a count of correct predictions), in the
+    /// same exchange and the same device read.
+    ///
+    /// See [`mean_grads_with`](Self::mean_grads_with) for an example.
+    ///
+    /// # Errors
+    ///
+    /// As [`sum_grads`](Self::sum_grads).
+    pub fn sum_grads_with<AB, M>(
+        &mut self,
+        module: &M,
+        grads: GradientsParams,
+        extra: Vec<Tensor<AB::InnerBackend, 1>>,
+    ) -> Result<(GradientsParams, Vec<f32>), StepError>
+    where
+        AB: AutodiffBackend,
+        M: AutodiffModule<AB>,
+    {
+        self.reduce(module, grads, extra, 1.0)
+    }
+
+    /// Says this process has finished and waits until every process has.
+    ///
+    /// See [`DataParallel`] for an example.
+    ///
+    /// # Errors
+    ///
+    /// [`StepError::Transport`] when another process was lost before it finished.
+    pub fn finish(self) -> Result<(), StepError> {
+        self.transport.finish().map_err(StepError::from)
+    }
+
+    fn reduce<AB, M>(
+        &mut self,
+        module: &M,
+        grads: GradientsParams,
+        extra: Vec<Tensor<AB::InnerBackend, 1>>,
+        factor: f32,
+    ) -> Result<(GradientsParams, Vec<f32>), StepError>
+    where
+        AB: AutodiffBackend,
+        M: AutodiffModule<AB>,
+    {
+        let flat = FlatGrads::new(module, grads);
+        let own = flat.len();
+        let values = flat.read_with(extra)?;
+        self.sums += 1;
+        let mut summed = self.transport.all_reduce(self.sums, &values)?;
+        if factor != 1.0 {
+            summed.iter_mut().for_each(|v| *v *= factor);
+        }
+        let extra = summed.split_off(own.min(summed.len()));
+        Ok((flat.unflatten(&summed)?, extra))
+    }
+}
