@@ -10,32 +10,14 @@
 mod example;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use burn_mpric_cluster::launched_by_mpi;
+use burn_mpric_cluster::{launched_by_mpi, mpirun_test};
 
 const STEPS: usize = 12;
 const POLICY: &str = "mixed_bf16";
 /// Rank 1's loss is NaN at step 5.
 const POISON: (usize, usize) = (5, 1);
 const TEST: &str = "two_mpi_processes_equal_one_process_on_the_doubled_batch";
-
-/// `mpirun` for tests: as root where CI runs, more processes than cores, no shared-memory
-/// single copy in containers.
-fn mpirun(np: usize) -> Command {
-    let mut cmd = Command::new("mpirun");
-    for (key, value) in [
-        ("OMPI_ALLOW_RUN_AS_ROOT", "1"),
-        ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
-        ("OMPI_MCA_btl_vader_single_copy_mechanism", "none"),
-    ] {
-        if std::env::var_os(key).is_none() {
-            cmd.env(key, value);
-        }
-    }
-    cmd.args(["--oversubscribe", "-np", &np.to_string()]);
-    cmd
-}
 
 fn encode(values: &[f32]) -> String {
     values
@@ -77,13 +59,7 @@ fn two_mpi_processes_equal_one_process_on_the_doubled_batch() {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mpi-021");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let exe = std::env::current_exe().unwrap();
-    let out = mpirun(2)
-        .arg(&exe)
-        .args(["--exact", TEST, "--nocapture", "--test-threads", "1"])
-        .env("MPRIC_TEST_OUT", &dir)
-        .output()
-        .expect("mpirun runs (apt-get install openmpi-bin)");
+    let out = mpirun_test(TEST, 2, &dir).expect("mpirun runs (apt-get install openmpi-bin)");
     assert!(
         out.status.success(),
         "{}\n{}",

@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::{DType, FloatDType, Shape, Tensor, TensorData};
-use burn_mpric_cluster::Transport;
+use burn_mpric_cluster::{Exchange, Transport};
 
 use crate::dtype::plain_float;
 use crate::error::StepError;
@@ -57,20 +57,9 @@ use crate::error::StepError;
 /// // One process's NaN skips the step on both.
 /// assert!(ranks.into_iter().all(|r| r.join().unwrap()));
 /// ```
+#[derive(Debug)]
 pub struct DataParallel {
-    transport: Box<dyn Transport>,
-    /// Sums made so far: each is tagged with its number, which every process must share.
-    sums: u64,
-}
-
-impl std::fmt::Debug for DataParallel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DataParallel")
-            .field("rank", &self.transport.rank())
-            .field("world", &self.transport.world())
-            .field("sums", &self.sums)
-            .finish()
-    }
+    exchange: Exchange,
 }
 
 impl DataParallel {
@@ -78,21 +67,23 @@ impl DataParallel {
     ///
     /// See [`DataParallel`] for an example.
     pub fn new(transport: Box<dyn Transport>) -> Self {
-        Self { transport, sums: 0 }
+        Self {
+            exchange: Exchange::new(transport),
+        }
     }
 
     /// This process's rank.
     ///
     /// See [`DataParallel`] for an example.
     pub fn rank(&self) -> usize {
-        self.transport.rank()
+        self.exchange.rank()
     }
 
     /// The number of processes.
     ///
     /// See [`DataParallel`] for an example.
     pub fn world(&self) -> usize {
-        self.transport.world()
+        self.exchange.world()
     }
 
     /// The sum over every process of the gradients of `module`'s parameters, at each
@@ -202,7 +193,7 @@ impl DataParallel {
     ///
     /// [`StepError::Transport`] when another process was lost before it finished.
     pub fn finish(self) -> Result<(), StepError> {
-        self.transport.finish().map_err(StepError::from)
+        self.exchange.finish().map_err(StepError::from)
     }
 
     fn reduce<M: Module>(
@@ -238,19 +229,7 @@ impl DataParallel {
             .convert_dtype(DType::F32)
             .try_to_vec::<f32>()
             .map_err(|err| StepError::UnexpectedRead(format!("{err:?}")))?;
-        self.sums += 1;
-        let mut summed = self.transport.all_reduce(self.sums, &values)?;
-        if summed.len() != values.len() {
-            return Err(StepError::UnexpectedRead(format!(
-                "the sum across processes holds {} values where {} were sent",
-                summed.len(),
-                values.len()
-            )));
-        }
-        if factor != 1.0 {
-            summed.iter_mut().for_each(|v| *v *= factor);
-        }
-        let extra = summed.split_off(own);
+        let (summed, extra) = self.exchange.sum(&values, factor, own)?;
         let mut grads = GradientsParams::new();
         if own > 0 {
             let flat = Tensor::<1>::from_data(TensorData::new(summed, [own]), &device);

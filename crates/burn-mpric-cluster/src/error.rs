@@ -102,7 +102,8 @@ fn lost_clause(reason: &str) -> String {
     }
 }
 
-fn ranks_text(ranks: &[usize]) -> String {
+/// `rank 2`, `ranks 1, 3`.
+pub(crate) fn ranks_text(ranks: &[usize]) -> String {
     match ranks {
         [one] => format!("rank {one}"),
         many => format!(

@@ -27,9 +27,12 @@
 
 mod coordinator;
 mod error;
+mod exchange;
 mod frame;
 #[cfg(feature = "mpi")]
 mod mpi_transport;
+#[cfg(feature = "mpi")]
+mod mpirun;
 mod spec;
 mod tcp;
 mod transport;
@@ -37,8 +40,11 @@ mod worker;
 
 pub use coordinator::Coordinator;
 pub use error::ClusterError;
+pub use exchange::Exchange;
 #[cfg(feature = "mpi")]
 pub use mpi_transport::{Mpi, MpiWorld, end_mpi};
+#[cfg(feature = "mpi")]
+pub use mpirun::{MPIRUN_ENV, mpirun, mpirun_test};
 pub use spec::{RunSpec, Timeouts};
 pub use tcp::Tcp;
 pub use transport::{Reduction, Transport, launched_by_mpi, sum_in_rank_order};

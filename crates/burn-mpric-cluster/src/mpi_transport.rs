@@ -19,7 +19,7 @@ use ::mpi::request::{LocalScope, Request, Scope};
 use ::mpi::topology::SimpleCommunicator;
 use ::mpi::traits::*;
 
-use crate::error::{ClusterError, seconds};
+use crate::error::{ClusterError, ranks_text, seconds};
 use crate::spec::RunSpec;
 use crate::transport::{Reduction, Transport, sum_in_rank_order};
 
@@ -215,7 +215,8 @@ impl Mpi {
     /// ```no_run
     /// # use burn_mpric_cluster::{MpiWorld, Reduction, RunSpec};
     /// let world = MpiWorld::init()?;
-    /// let mut link = world.join(&RunSpec::new(world.world(), vec![]), Reduction::Exact)?;
+    /// let spec = RunSpec::new(world.world(), vec![]);
+    /// let mut link = world.join(&spec, Reduction::Exact)?;
     /// link.set_reduction(Reduction::Fast);
     /// assert_eq!(link.reduction(), Reduction::Fast);
     /// # Ok::<(), burn_mpric_cluster::ClusterError>(())
@@ -236,7 +237,8 @@ impl Mpi {
     /// ```no_run
     /// # use burn_mpric_cluster::{MpiWorld, Reduction, RunSpec, Transport};
     /// let world = MpiWorld::init()?;
-    /// let link = world.join(&RunSpec::new(world.world(), vec![]), Reduction::Exact)?;
+    /// let spec = RunSpec::new(world.world(), vec![]);
+    /// let link = world.join(&spec, Reduction::Exact)?;
     /// let id = link.broadcast_bytes(0, &[link.rank() as u8; 128])?;
     /// assert_eq!(id, [0u8; 128]);
     /// # Ok::<(), burn_mpric_cluster::ClusterError>(())
@@ -331,25 +333,15 @@ impl Mpi {
             Some(watch) => {
                 let absent = watch.absent();
                 let silent = watch.probe();
-                let named = |ranks: &[usize]| match ranks {
-                    [one] => format!("rank {one}"),
-                    many => format!(
-                        "ranks {}",
-                        many.iter()
-                            .map(ToString::to_string)
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                };
                 if !absent.is_empty() {
                     format!(
                         "{} did not reach {what} within {within} (stopped, stuck or too slow); the run is aborted",
-                        named(&absent)
+                        ranks_text(&absent)
                     )
                 } else if !silent.is_empty() {
                     format!(
                         "{} did not finish {what} within {within} and does not answer (stopped or stuck); the run is aborted",
-                        named(&silent)
+                        ranks_text(&silent)
                     )
                 } else if me == 0 {
                     format!("{what} did not complete within {within} though every rank answers")

@@ -8,7 +8,7 @@ use burn::module::AutodiffModule;
 use burn::optim::GradientsParams;
 use burn::tensor::Tensor;
 use burn::tensor::backend::AutodiffBackend;
-use burn_mpric_cluster::Transport;
+use burn_mpric_cluster::{Exchange, Transport};
 
 use crate::error::StepError;
 use crate::flat::FlatGrads;
@@ -60,20 +60,9 @@ use crate::flat::FlatGrads;
 /// // One process's NaN skips the step on both.
 /// assert!(ranks.into_iter().all(|r| r.join().unwrap()));
 /// ```
+#[derive(Debug)]
 pub struct DataParallel {
-    transport: Box<dyn Transport>,
-    /// Sums made so far: each is tagged with its number, which every process must share.
-    sums: u64,
-}
-
-impl std::fmt::Debug for DataParallel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DataParallel")
-            .field("rank", &self.transport.rank())
-            .field("world", &self.transport.world())
-            .field("sums", &self.sums)
-            .finish()
-    }
+    exchange: Exchange,
 }
 
 impl DataParallel {
@@ -81,21 +70,23 @@ impl DataParallel {
     ///
     /// See [`DataParallel`] for an example.
     pub fn new(transport: Box<dyn Transport>) -> Self {
-        Self { transport, sums: 0 }
+        Self {
+            exchange: Exchange::new(transport),
+        }
     }
 
     /// This process's rank.
     ///
     /// See [`DataParallel`] for an example.
     pub fn rank(&self) -> usize {
-        self.transport.rank()
+        self.exchange.rank()
     }
 
     /// The number of processes.
     ///
     /// See [`DataParallel`] for an example.
     pub fn world(&self) -> usize {
-        self.transport.world()
+        self.exchange.world()
     }
 
     /// The sum over every process of the gradients of `module`'s parameters, at each
@@ -224,7 +215,7 @@ impl DataParallel {
     ///
     /// [`StepError::Transport`] when another process was lost before it finished.
     pub fn finish(self) -> Result<(), StepError> {
-        self.transport.finish().map_err(StepError::from)
+        self.exchange.finish().map_err(StepError::from)
     }
 
     fn reduce<AB, M>(
@@ -241,12 +232,7 @@ impl DataParallel {
         let flat = FlatGrads::new(module, grads);
         let own = flat.len();
         let values = flat.read_with(extra)?;
-        self.sums += 1;
-        let mut summed = self.transport.all_reduce(self.sums, &values)?;
-        if factor != 1.0 {
-            summed.iter_mut().for_each(|v| *v *= factor);
-        }
-        let extra = summed.split_off(own.min(summed.len()));
+        let (summed, extra) = self.exchange.sum(&values, factor, own)?;
         Ok((flat.unflatten(&summed)?, extra))
     }
 }

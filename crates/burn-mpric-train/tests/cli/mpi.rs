@@ -16,22 +16,10 @@ use crate::processes::{
     assert_same_steps, children_of, final_params, finish_within, recipe, running, text,
 };
 
-/// `mpirun` for tests: as root (CI), more processes than cores, no shared-memory single copy
-/// (containers), from `dir`.
+/// `mpirun -np N` from `dir`, each line tagged with its rank.
 fn mpirun(dir: &Path, np: usize) -> Command {
-    let mut cmd = Command::new("mpirun");
+    let mut cmd = burn_mpric_cluster::mpirun(np);
     cmd.current_dir(dir);
-    for (key, value) in [
-        ("OMPI_ALLOW_RUN_AS_ROOT", "1"),
-        ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
-        ("OMPI_MCA_btl_vader_single_copy_mechanism", "none"),
-    ] {
-        if std::env::var_os(key).is_none() {
-            cmd.env(key, value);
-        }
-    }
-    // Each line tagged with its rank, so that the ranks' lines do not interleave.
-    cmd.args(["--oversubscribe", "--tag-output", "-np", &np.to_string()]);
     cmd
 }
 
