@@ -36,7 +36,7 @@ const PONG: i32 = 0x4d52;
 const PROBE: Duration = Duration::from_secs(1);
 
 /// How long a wait polls MPI without pause before it starts to sleep between polls.
-const SPIN: Duration = Duration::from_millis(2);
+const SPIN: Duration = Duration::from_millis(10);
 
 /// How long a rank whose step timed out, and whose rank 0 answers, waits for rank 0 to abort
 /// the job naming the rank that does not.
@@ -125,6 +125,7 @@ impl MpiWorld {
             spec: spec.clone(),
             reduction,
             answered: 0,
+            gathered: Vec::new(),
         };
         let deadline = Instant::now() + spec.timeouts.join;
         let ours = serde_json::to_vec(&spec.identity)
@@ -200,6 +201,8 @@ pub struct Mpi {
     reduction: Reduction,
     /// Steps answered so far (the first one has a longer budget).
     answered: u64,
+    /// The buffer `exact` gathers every rank's values into.
+    gathered: Vec<f32>,
 }
 
 impl Mpi {
@@ -571,14 +574,18 @@ impl Transport for Mpi {
         let mut notes = Notes::new(step, self.world);
         let summed = match self.reduction {
             Reduction::Exact => {
-                let mut gathered = vec![0f32; values.len() * self.world];
+                // Kept between steps: a model's N buffers are not allocated anew each step.
+                let mut gathered = std::mem::take(&mut self.gathered);
+                gathered.resize(values.len() * self.world, 0.0);
                 ::mpi::request::scope(|scope| {
                     let mut watch = Watch::post(scope, &comm, &mut notes);
                     let request = comm.immediate_all_gather_into(scope, values, &mut gathered[..]);
                     self.complete(request, deadline, &what, Some(&mut watch));
                     watch.settle();
                 });
-                sum_in_rank_order(&gathered, values.len())
+                let sum = sum_in_rank_order(&gathered, values.len());
+                self.gathered = gathered;
+                sum
             }
             Reduction::Fast => {
                 let mut sum = vec![0f32; values.len()];
