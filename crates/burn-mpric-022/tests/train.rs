@@ -275,3 +275,73 @@ fn supervised_training_runs_through_the_scaler() {
     assert_eq!(model.input.weight.val().dtype(), DType::BF16);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The `Learner`'s step functions in two processes (threads here) whose `ScalerHandle`s sum
+/// every step's gradients through the TCP star: a batch poisoned on rank 1 only skips the
+/// step on both, and both ranks hold the same parameters bit for bit, which are not those of
+/// rank 0 stepping alone.
+#[test]
+fn learners_across_processes_take_one_decision_on_the_summed_gradients() {
+    use burn_mpric_022::DataParallel;
+    use burn_mpric_cluster::{Coordinator, RunSpec, Tcp};
+
+    let device = flex();
+    let policy: ResolvedPolicy = "mixed_f16".parse().unwrap();
+    let initial = Classifier::new(policy, &device);
+    common::init_params(&initial);
+    let spec = RunSpec::new(2, vec![("test".into(), "learner".into())]);
+    let coordinator = Coordinator::bind("127.0.0.1:0", spec.clone()).unwrap();
+    let addr = coordinator.local_addr().to_string();
+    let mut coordinator = Some(coordinator);
+    let train = move |model: Classifier, rank: usize, parallel: Option<DataParallel>| {
+        let device = flex();
+        let mut handle =
+            ScalerHandle::new(LossScaler::for_policy(LossScalePreset::Auto, &policy).unwrap());
+        if let Some(parallel) = parallel {
+            handle = handle.across_processes(parallel);
+        }
+        let mut learner = Learner::new(
+            Scaled::new(model, handle.clone()),
+            AdamConfig::new().init(),
+            1e-2,
+        );
+        let mut skipped = Vec::new();
+        for step in 0..5u64 {
+            let (x, y) = batch(10 * step + rank as u64, 16, &device);
+            // Rank 1's third batch holds +inf.
+            let x = if rank == 1 && step == 2 {
+                let mask = x.clone().greater_elem(0.9);
+                x.mask_fill(mask, f32::INFINITY)
+            } else {
+                x
+            };
+            learner.lr_step();
+            let output = learner.train_step((x, y));
+            learner.optimizer_step(output.grads);
+            if output.item.sync().unwrap().record().is_skipped() {
+                skipped.push(step);
+            }
+        }
+        if let Some(parallel) = handle.leave_processes() {
+            parallel.finish().unwrap();
+        }
+        (skipped, handle.scale(), param_bits(&learner.model()))
+    };
+    let ranks: Vec<_> = (0..2)
+        .map(|rank| {
+            let (addr, spec, coordinator) = (addr.clone(), spec.clone(), coordinator.take());
+            let model = initial.clone();
+            std::thread::spawn(move || {
+                let transport = Tcp::join(coordinator, &addr, rank, &spec).unwrap();
+                train(model, rank, Some(DataParallel::new(Box::new(transport))))
+            })
+        })
+        .collect();
+    let results: Vec<_> = ranks.into_iter().map(|r| r.join().unwrap()).collect();
+    assert_eq!(results[0].0, [2], "rank 0 skips rank 1's poisoned step");
+    assert_eq!(results[0].1, 16384.0);
+    assert_eq!(results[0], results[1], "the two ranks disagree");
+    let alone = train(initial, 0, None);
+    assert!(alone.0.is_empty());
+    assert_ne!(alone.2, results[0].2, "the gradients were not summed");
+}

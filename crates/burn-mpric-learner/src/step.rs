@@ -271,7 +271,16 @@ where
         Self: AutodiffModule<B2>,
     {
         let handle = self.scaler.clone();
-        handle.optimizer_step(|scaler| scaler.step::<B2, Self, O>(optim, lr, self, grads))
+        handle.optimizer_step(|scaler, parallel| {
+            let grads = match parallel {
+                None => grads,
+                Some(p) => match p.sum_grads::<B2, Self>(&self, grads) {
+                    Ok(summed) => summed,
+                    Err(e) => return (self, Err(e)),
+                },
+            };
+            scaler.step::<B2, Self, O>(optim, lr, self, grads)
+        })
     }
 
     /// `MultiDeviceOptim::OptimSharded`: one gradient shard per device, one decision for all.
@@ -282,7 +291,24 @@ where
         Self: AutodiffModule<B2>,
     {
         let handle = self.scaler.clone();
-        handle.optimizer_step(|scaler| scaler.step_multi::<B2, Self, O>(optim, lr, self, grads))
+        handle.optimizer_step(|scaler, parallel| {
+            // Each device's shard is summed across processes in turn: every process shards
+            // the parameters alike, so the shards line up.
+            let grads = match parallel {
+                None => grads,
+                Some(parallel) => {
+                    let mut summed = Vec::with_capacity(grads.grads.len());
+                    for (shard, device) in grads.grads {
+                        match parallel.sum_grads::<B2, Self>(&self, shard) {
+                            Ok(shard) => summed.push((shard, device)),
+                            Err(e) => return (self, Err(e)),
+                        }
+                    }
+                    MultiGradientsParams { grads: summed }
+                }
+            };
+            scaler.step_multi::<B2, Self, O>(optim, lr, self, grads)
+        })
     }
 }
 

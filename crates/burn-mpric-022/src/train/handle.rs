@@ -7,7 +7,7 @@ use burn::tensor::Tensor;
 use burn_mpric_core::scale::{ScalerStats, StepOutcome};
 
 use super::record::StepSlot;
-use crate::{LossScaler, StepError};
+use crate::{DataParallel, LossScaler, StepError};
 
 /// A [`LossScaler`] shared between the training steps and the optimizer steps (burn-train
 /// clones the model, one clone per device, and every clone sees the same scaler).
@@ -36,6 +36,8 @@ struct Shared {
     pending: Vec<StepSlot>,
     /// The last optimizer step that failed (the device could not be read).
     last_error: Option<String>,
+    /// The other processes of a run across processes, whose gradients each step adds.
+    parallel: Option<DataParallel>,
 }
 
 impl ScalerHandle {
@@ -53,7 +55,53 @@ impl ScalerHandle {
             scaler,
             pending: Vec::new(),
             last_error: None,
+            parallel: None,
         })))
+    }
+
+    /// Makes every optimizer step of the models sharing this handle a step of a run across
+    /// processes: before the scaler decides, the step's gradients are summed with the other
+    /// processes' through `parallel` (as burn-train sums the gradients of its devices), so
+    /// every process's Learner applies or skips the same steps with the same gradients and
+    /// keeps the same scale. Each process's Learner reads its own shard of the data. Burn
+    /// 0.22's own DDP runs in one process: this is its Learner's way across processes.
+    ///
+    /// A process lost mid-run ends the run: the step panics with the line that names it
+    /// (burn-train's Learner has no way to return the error), and over MPI the job is aborted.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_022::{DataParallel, LossScaler, ScalerHandle};
+    /// use burn_mpric_cluster::{ClusterError, Transport};
+    ///
+    /// struct Alone;
+    /// impl Transport for Alone {
+    ///     fn rank(&self) -> usize { 0 }
+    ///     fn world(&self) -> usize { 1 }
+    ///     fn all_reduce(&mut self, _: u64, v: &[f32]) -> Result<Vec<f32>, ClusterError> {
+    ///         Ok(v.to_vec())
+    ///     }
+    ///     fn finish(self: Box<Self>) -> Result<(), ClusterError> { Ok(()) }
+    /// }
+    ///
+    /// let handle = ScalerHandle::new(LossScaler::noop())
+    ///     .across_processes(DataParallel::new(Box::new(Alone)));
+    /// let parallel = handle.leave_processes().unwrap();
+    /// assert_eq!(parallel.world(), 1);
+    /// parallel.finish().unwrap();
+    /// ```
+    pub fn across_processes(self, parallel: DataParallel) -> Self {
+        self.lock().parallel = Some(parallel);
+        self
+    }
+
+    /// Takes the [`DataParallel`] back after training, to [`finish`](DataParallel::finish) it
+    /// (wait for the other processes) or reuse it; the handle's models step alone again.
+    ///
+    /// See [`across_processes`](Self::across_processes) for an example.
+    pub fn leave_processes(&self) -> Option<DataParallel> {
+        self.lock().parallel.take()
     }
 
     /// The current scale: the one the next step's loss will be multiplied by.
@@ -134,13 +182,22 @@ impl ScalerHandle {
     /// contributed gradients.
     pub(crate) fn optimizer_step<M>(
         &self,
-        step: impl FnOnce(&mut LossScaler) -> (M, Result<StepOutcome, StepError>),
+        step: impl FnOnce(
+            &mut LossScaler,
+            Option<&mut DataParallel>,
+        ) -> (M, Result<StepOutcome, StepError>),
     ) -> M {
-        let mut shared = self.lock();
-        let (module, outcome) = step(&mut shared.scaler);
+        let mut guard = self.lock();
+        let shared = &mut *guard;
+        let (module, outcome) = step(&mut shared.scaler, shared.parallel.as_mut());
         let pending = std::mem::take(&mut shared.pending);
         match outcome {
             Ok(outcome) => pending.iter().for_each(|slot| slot.decide(outcome.clone())),
+            // The other processes are gone: this one cannot step alone.
+            Err(StepError::Transport(lost)) => {
+                drop(guard);
+                panic!("the run across processes stopped: {lost}")
+            }
             Err(err) => shared.last_error = Some(err.to_string()),
         }
         module

@@ -225,8 +225,22 @@ where
     burn_mpric_learner::ScaledItem<ClassificationOutput<Flex>>:
         burn::train::metric::Adaptor<Me::Input>,
 {
-    let device = device();
     let handle = handle(run.initial_scale);
+    train_handled(run, handle, extra)
+}
+
+/// [`train_with`] on a scaler handle of the caller's (one that sums across processes, say).
+pub fn train_handled<Me>(
+    run: Run,
+    handle: ScalerHandle,
+    extra: impl FnOnce(&ScalerHandle) -> Option<Me>,
+) -> Trained
+where
+    Me: Metric + 'static,
+    burn_mpric_learner::ScaledItem<ClassificationOutput<Flex>>:
+        burn::train::metric::Adaptor<Me::Input>,
+{
+    let device = device();
     let extra = extra(&handle);
     let train = DataLoaderBuilder::new(SampleBatcher)
         .batch_size(BATCH)
