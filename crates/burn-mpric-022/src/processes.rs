@@ -216,7 +216,9 @@ impl DataParallel {
             .map(|p| p.values.device())
             .or_else(|| extra.first().map(Tensor::device))
         else {
-            return Ok((GradientsParams::new(), Vec::new()));
+            // Nothing to send, but every process takes part in every exchange.
+            let (_, extra) = self.exchange.sum(&[], factor, 0)?;
+            return Ok((GradientsParams::new(), extra));
         };
         let all: Vec<Tensor<1>> = parts
             .iter()
