@@ -7,7 +7,7 @@
 use std::collections::HashSet;
 
 use burn::module::{Module, ModuleVisitor, Param, ParamId};
-use burn::optim::GradientsParams;
+use burn::optim::{GradientsParams, MultiGradientsParams};
 use burn::tensor::{DType, FloatDType, Shape, Tensor, TensorData};
 use burn_mpric_cluster::{Exchange, Transport};
 
@@ -128,7 +128,7 @@ impl DataParallel {
     ///
     /// ```
     /// use burn::nn::LinearConfig;
-    /// use burn::optim::GradientsParams;
+    /// use burn::optim::{GradientsParams, MultiGradientsParams};
     /// use burn::tensor::{Device, Tensor};
     /// use burn_mpric_cluster::{ClusterError, Transport};
     /// use burn_mpric_022::DataParallel;
@@ -183,6 +183,27 @@ impl DataParallel {
         extra: Vec<Tensor<1>>,
     ) -> Result<(GradientsParams, Vec<f32>), StepError> {
         self.reduce(module, grads, extra, 1.0)
+    }
+
+    /// Like [`sum_grads`](Self::sum_grads) for gradients sharded over devices (burn-train's
+    /// `MultiDeviceOptim::OptimSharded`): each device's shard is summed across processes in
+    /// turn. Every process shards the parameters alike, so the shards line up.
+    ///
+    /// # Errors
+    ///
+    /// As [`sum_grads`](Self::sum_grads).
+    ///
+    /// See [`DataParallel`] for an example of the unsharded form.
+    pub fn sum_multi_grads<M: Module>(
+        &mut self,
+        module: &M,
+        grads: MultiGradientsParams,
+    ) -> Result<MultiGradientsParams, StepError> {
+        let mut summed = Vec::with_capacity(grads.grads.len());
+        for (shard, device) in grads.grads {
+            summed.push((self.sum_grads(module, shard)?, device));
+        }
+        Ok(MultiGradientsParams { grads: summed })
     }
 
     /// Says this process has finished and waits until every process has.

@@ -191,8 +191,9 @@ pub fn end_mpi(code: i32) {
 /// Waits: the join within the join timeout, the first step within 1.5x the step timeout, each
 /// later step within the step timeout, counted from this rank's arrival. When one runs out,
 /// rank 0 aborts the job naming every rank whose arrival it has not seen (`rank 2 did not
-/// reach step 17 within 25 s`); another rank names rank 0 when rank 0 has not arrived, and
-/// otherwise leaves the naming to rank 0 for 2 s before it aborts on its own.
+/// reach step 17 within 25 s`), or, when all arrived, the ranks that do not answer a ping
+/// within 1 s; another rank names rank 0 in the same way, and when rank 0 answers, leaves the
+/// naming to rank 0 for 3 s before it aborts on its own.
 #[derive(Debug)]
 pub struct Mpi {
     rank: usize,
@@ -377,6 +378,12 @@ impl Mpi {
     }
 }
 
+/// Whether `rank` exchanges watchdog notes with `peer`: rank 0 with every other rank, the
+/// others with rank 0.
+fn watches(rank: usize, peer: usize) -> bool {
+    peer != rank && (rank == 0 || peer == 0)
+}
+
 /// The buffers of one step's [`Watch`], which must outlive the step's requests.
 struct Notes {
     step: u64,
@@ -402,42 +409,33 @@ impl Notes {
 /// arrived but no longer answers (stopped inside the collective).
 struct Watch<'a, 'b> {
     scope: &'b LocalScope<'a>,
-    /// The peers this rank watches: every other rank on rank 0, rank 0 elsewhere.
-    peers: Vec<usize>,
     note: &'a u64,
+    /// Per watched peer, its arrival note still awaited (`None` once it came).
     arrivals: Vec<(usize, Option<Request<'a, u64, &'b LocalScope<'a>>>)>,
     pings: Vec<(usize, Option<Request<'a, u64, &'b LocalScope<'a>>>)>,
     pongs: Option<&'a mut [u64]>,
     sent: Vec<Request<'a, u64, &'b LocalScope<'a>>>,
-    arrived: Vec<bool>,
 }
 
 impl<'a, 'b> Watch<'a, 'b> {
     fn post(scope: &'b LocalScope<'a>, comm: &SimpleCommunicator, notes: &'a mut Notes) -> Self {
-        let (rank, world) = (comm.rank() as usize, comm.size() as usize);
+        let rank = comm.rank() as usize;
         let Notes {
             step,
             arrived,
             pings,
             pongs,
         } = notes;
-        let peers: Vec<usize> = (0..world)
-            .filter(|&peer| peer != rank && (rank == 0 || peer == 0))
-            .collect();
         let mut watch = Self {
             scope,
-            peers: peers.clone(),
             note: step,
             arrivals: Vec::new(),
             pings: Vec::new(),
             pongs: Some(pongs),
             sent: Vec::new(),
-            arrived: (0..world).map(|peer| !peers.contains(&peer)).collect(),
         };
-        for ((peer, arrival), ping) in arrived.iter_mut().enumerate().zip(pings.iter_mut()) {
-            if !watch.peers.contains(&peer) {
-                continue;
-            }
+        let slots = arrived.iter_mut().zip(pings.iter_mut()).enumerate();
+        for (peer, (arrival, ping)) in slots.filter(|(peer, _)| watches(rank, *peer)) {
             let process = comm.process_at_rank(peer as i32);
             watch
                 .sent
@@ -456,12 +454,11 @@ impl<'a, 'b> Watch<'a, 'b> {
 
     /// Takes in the notes that came, and answers pings.
     fn poll(&mut self) {
-        for (peer, slot) in &mut self.arrivals {
-            if let Some(request) = slot.take() {
-                match request.test() {
-                    Ok(_) => self.arrived[*peer] = true,
-                    Err(pending) => *slot = Some(pending),
-                }
+        for (_, slot) in &mut self.arrivals {
+            if let Some(request) = slot.take()
+                && let Err(pending) = request.test()
+            {
+                *slot = Some(pending);
             }
         }
         let comm = SimpleCommunicator::world();
@@ -482,10 +479,10 @@ impl<'a, 'b> Watch<'a, 'b> {
     /// The watched peers that never arrived at this step.
     fn absent(&mut self) -> Vec<usize> {
         self.poll();
-        self.peers
+        self.arrivals
             .iter()
-            .copied()
-            .filter(|&peer| !self.arrived[peer])
+            .filter(|(_, awaited)| awaited.is_some())
+            .map(|(peer, _)| *peer)
             .collect()
     }
 
@@ -495,9 +492,10 @@ impl<'a, 'b> Watch<'a, 'b> {
             return Vec::new();
         };
         let comm = SimpleCommunicator::world();
+        let peers: Vec<usize> = self.arrivals.iter().map(|(peer, _)| *peer).collect();
         let mut waiting = Vec::new();
         for (peer, pong) in pongs.iter_mut().enumerate() {
-            if !self.peers.contains(&peer) {
+            if !peers.contains(&peer) {
                 continue;
             }
             let process = comm.process_at_rank(peer as i32);
@@ -603,8 +601,8 @@ impl Transport for Mpi {
                 sum
             }
         };
-        let peers = (0..self.world).filter(|&p| p != self.rank && (self.rank == 0 || p == 0));
-        if let Some(peer) = peers.into_iter().find(|&p| notes.arrived[p] != step) {
+        let mut watched = (0..self.world).filter(|&peer| watches(self.rank, peer));
+        if let Some(peer) = watched.find(|&peer| notes.arrived[peer] != step) {
             return Err(ClusterError::Protocol {
                 rank: peer,
                 reason: format!(

@@ -5,7 +5,7 @@
 //! all.
 
 use burn::module::AutodiffModule;
-use burn::optim::GradientsParams;
+use burn::optim::{GradientsParams, MultiGradientsParams};
 use burn::tensor::Tensor;
 use burn::tensor::backend::AutodiffBackend;
 use burn_mpric_cluster::{Exchange, Transport};
@@ -140,7 +140,7 @@ impl DataParallel {
     /// ```
     /// use burn::backend::{Autodiff, Flex};
     /// use burn::nn::{Linear, LinearConfig};
-    /// use burn::optim::GradientsParams;
+    /// use burn::optim::{GradientsParams, MultiGradientsParams};
     /// use burn::tensor::Tensor;
     /// use burn_mpric_cluster::{ClusterError, Transport};
     /// use burn_mpric_scale::DataParallel;
@@ -205,6 +205,31 @@ impl DataParallel {
         M: AutodiffModule<AB>,
     {
         self.reduce(module, grads, extra, 1.0)
+    }
+
+    /// Like [`sum_grads`](Self::sum_grads) for gradients sharded over devices (burn-train's
+    /// `MultiDeviceOptim::OptimSharded`): each device's shard is summed across processes in
+    /// turn. Every process shards the parameters alike, so the shards line up.
+    ///
+    /// # Errors
+    ///
+    /// As [`sum_grads`](Self::sum_grads).
+    ///
+    /// See [`DataParallel`] for an example of the unsharded form.
+    pub fn sum_multi_grads<AB, M>(
+        &mut self,
+        module: &M,
+        grads: MultiGradientsParams,
+    ) -> Result<MultiGradientsParams, StepError>
+    where
+        AB: AutodiffBackend,
+        M: AutodiffModule<AB>,
+    {
+        let mut summed = Vec::with_capacity(grads.grads.len());
+        for (shard, device) in grads.grads {
+            summed.push((self.sum_grads::<AB, M>(module, shard)?, device));
+        }
+        Ok(MultiGradientsParams { grads: summed })
     }
 
     /// Says this process has finished and waits until every process has.

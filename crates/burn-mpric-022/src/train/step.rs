@@ -123,20 +123,12 @@ impl<M: Module + ModuleDisplay + LossStep> TrainStep for Scaled<M> {
     ) -> Self {
         let handle = self.scaler.clone();
         handle.optimizer_step(|scaler, parallel| {
-            // Each device's shard is summed across processes in turn: every process shards
-            // the parameters alike, so the shards line up.
             let grads = match parallel {
                 None => grads,
-                Some(parallel) => {
-                    let mut summed = Vec::with_capacity(grads.grads.len());
-                    for (shard, device) in grads.grads {
-                        match parallel.sum_grads(&self, shard) {
-                            Ok(shard) => summed.push((shard, device)),
-                            Err(e) => return (self, Err(e)),
-                        }
-                    }
-                    MultiGradientsParams { grads: summed }
-                }
+                Some(parallel) => match parallel.sum_multi_grads(&self, grads) {
+                    Ok(summed) => summed,
+                    Err(e) => return (self, Err(e)),
+                },
             };
             scaler.step_multi(optim, lr_module, self, grads)
         })
