@@ -1,4 +1,7 @@
-//! The `mpric` command line: `train`, `launch`, `check`, `policy`, `audit`.
+//! The `mpric` command line: `train`, `launch`, `check`, `policy`, `audit`, and, after
+//! training, `evaluate`, `predict` and `export` (`cli/after_training.rs`).
+
+mod after_training;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -42,6 +45,16 @@ pub(crate) enum Command {
     /// op to keep at full precision, which initial loss scale; writes audit.json and
     /// audit_gradients.svg to the recipe's output folder.
     Audit(AuditArgs),
+    /// Score a trained model (the newest checkpoint that verifies, or --checkpoint) on the
+    /// held-out split or on a file: loss and the task's metrics, as a table and
+    /// evaluation.json; --policy runs it at another precision.
+    Evaluate(after_training::EvaluateArgs),
+    /// A trained model's predictions for new inputs: a CSV file, an image or a folder of
+    /// images (--data), or text from a prompt (--prompt); CSV or JSON to stdout or --out.
+    Predict(after_training::PredictArgs),
+    /// Write a trained model's weights as safetensors (f32, f16 or bf16) with a JSON
+    /// sidecar: the recipe, the forward pass, labels and standardization.
+    Export(after_training::ExportArgs),
 }
 
 /// `mpric audit`.
@@ -252,6 +265,18 @@ pub(crate) fn run(cli: Cli) -> Result<(), Error> {
             Ok(())
         }
         Command::Policy(args) => explain_policy(&args),
+        Command::Evaluate(args) => {
+            emit(&after_training::run_evaluate(&args)?);
+            Ok(())
+        }
+        Command::Predict(args) => {
+            emit(&after_training::run_predict(&args)?);
+            Ok(())
+        }
+        Command::Export(args) => {
+            emit(&after_training::run_export(&args)?);
+            Ok(())
+        }
         Command::Audit(args) => {
             let plan = Plan::load(&args.recipe, &args.set)?;
             let (found, files) = audit_recipe(&plan, args.steps)?;

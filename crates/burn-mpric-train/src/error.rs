@@ -109,6 +109,11 @@ pub enum Error {
     /// `--resume` cannot continue (no checkpoint, or a recipe that differs from the run's).
     #[error("--resume: {0}")]
     Resume(String),
+    /// An input of `evaluate`, `predict` or `export` is refused: a checkpoint that fails
+    /// verification or belongs to another recipe, a data file that does not fit the model,
+    /// an empty prompt, an unwritable destination.
+    #[error("{0}")]
+    Input(String),
     /// A fresh run was asked for in an output folder that holds a run.
     #[error(
         "{}: the output folder already holds a run (checkpoint at step {step}); pass --resume to continue it or --overwrite to start over",
@@ -222,6 +227,7 @@ impl Error {
             | Error::Override { .. }
             | Error::Usage(_)
             | Error::Resume(_)
+            | Error::Input(_)
             | Error::OutputInUse { .. }
             | Error::Locked { .. } => 2,
             Error::Cluster { source, .. } => match source {

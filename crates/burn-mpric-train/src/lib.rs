@@ -34,6 +34,7 @@ pub mod cli;
 mod data;
 mod digest;
 mod error;
+pub mod infer;
 mod launch;
 mod models;
 mod optim;
@@ -41,6 +42,7 @@ mod plan;
 pub mod recipe;
 pub mod report;
 mod run;
+pub mod schema;
 
 pub use error::{Error, RecipeError};
 pub use plan::{BackendCheck, Plan};

@@ -117,6 +117,12 @@ impl Plan {
         })
     }
 
+    /// What the recipe's model reads and gives, with the training split's standardization
+    /// (see [`Schema`](crate::schema::Schema)).
+    pub fn schema(&self) -> crate::schema::Schema {
+        self.data.schema()
+    }
+
     /// Starts the recipe's backend device with its policy, once, and returns what it decided:
     /// the policy as the device resolves it (`half` becomes f16 or bf16) and the loss scaler a
     /// fresh run starts with. A policy the backend cannot run is a recipe error on the

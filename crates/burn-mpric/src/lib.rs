@@ -5,6 +5,8 @@
 pub mod audit;
 mod backend;
 mod device;
+#[cfg(feature = "export")]
+pub mod export;
 mod handler;
 #[cfg(any(test, feature = "instrument"))]
 pub mod instrument;

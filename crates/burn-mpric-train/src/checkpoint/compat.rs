@@ -42,7 +42,7 @@ pub(crate) fn compatible(saved: &Recipe, current: &Recipe) -> Result<(), Error> 
     match first_difference(&a, &b, String::new()) {
         None => Ok(()),
         Some((field, was, now)) => Err(Error::Resume(format!(
-            "the recipe's `{field}` is {now} but the run was started with {was}; resume with the recipe the run started with (only steps, epochs, checkpoint_every, max_consecutive_skips and output may change)"
+            "the recipe's `{field}` is {now} but the run was started with {was}; use the recipe the run started with (a resumed run may change only steps, epochs, checkpoint_every, max_consecutive_skips and output)"
         ))),
     }
 }
@@ -56,7 +56,7 @@ pub(crate) fn same_data(saved: Option<&FileDigest>, plan: &Plan) -> Result<(), E
     match plan.data.digest() {
         Some(now) if now == saved => Ok(()),
         now => Err(Error::Resume(format!(
-            "the data of `{}` changed since the checkpoint ({} bytes, SHA-256 {}... then; {} now); resume on the data the run started with, or start a new run in another output folder",
+            "the data of `{}` changed since the checkpoint ({} bytes, SHA-256 {}... then; {} now); use the data the run started with, or start a new run in another output folder",
             plan.recipe.dataset.label(),
             saved.bytes,
             &saved.sha256[..saved.sha256.len().min(12)],

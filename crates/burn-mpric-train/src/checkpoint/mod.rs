@@ -116,6 +116,10 @@ pub struct TrainState {
     /// The devices of each process of a multi-process run; absent for one process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process_devices: Option<usize>,
+    /// What the model reads and gives, with the training split's standardization (absent
+    /// in checkpoints written before it was saved: the recipe's data gives it then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<crate::schema::Schema>,
 }
 
 impl<B: Backend> Record<B> for TrainState {

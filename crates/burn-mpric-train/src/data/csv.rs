@@ -234,6 +234,8 @@ pub fn parse(path: &Path, bytes: &[u8], source: &CsvSource) -> Result<Table, Rec
     Ok(Table {
         values,
         features: features.len(),
+        names: features.iter().map(|&f| names[f].clone()).collect(),
+        target: source.target.clone(),
         targets,
     })
 }

@@ -14,7 +14,7 @@ use std::io::Cursor;
 use std::path::{Path, PathBuf};
 
 use image::imageops::FilterType;
-use image::{ImageReader, Limits};
+use image::{DynamicImage, ImageReader, Limits};
 
 use crate::data::source::{FolderDigest, file_error, read_limited, resolve};
 use crate::data::tabular::{Table, Tabular, Targets};
@@ -56,6 +56,8 @@ pub struct Images {
     pub shape: ImageShape,
     /// The class names (the subfolders), in class-id order.
     pub classes: Vec<String>,
+    /// Colour or grey, as the recipe reads the files.
+    pub channels: Channels,
     /// Files that are not images, relative to the folder.
     pub skipped: Vec<String>,
 }
@@ -154,6 +156,8 @@ pub fn load(
     let table = Table {
         values,
         features: per_image,
+        names: Vec::new(),
+        target: "class folder".to_string(),
         targets,
     };
     let name = format!("image_folder {}", source.path.display());
@@ -163,6 +167,7 @@ pub fn load(
         table,
         shape,
         classes: names,
+        channels: source.channels,
         skipped,
     })
 }
@@ -243,6 +248,11 @@ fn pixels(
     shape: ImageShape,
     channels: Channels,
 ) -> Result<Vec<f64>, RecipeError> {
+    Ok(values(&decode(path, bytes)?, shape, channels))
+}
+
+/// The image in a file's bytes, within the size limits.
+fn decode(path: &Path, bytes: &[u8]) -> Result<DynamicImage, RecipeError> {
     let not_image = |e: &dyn std::fmt::Display| {
         file_error(
             path,
@@ -259,7 +269,11 @@ fn pixels(
     limits.max_image_height = Some(MAX_IMAGE_SIDE);
     limits.max_alloc = Some(MAX_DECODED_BYTES);
     reader.limits(limits);
-    let image = reader.decode().map_err(|e| not_image(&e))?;
+    reader.decode().map_err(|e| not_image(&e))
+}
+
+/// An image resized to the shape, its values in `[0, 1]`, channel-major.
+fn values(image: &DynamicImage, shape: ImageShape, channels: Channels) -> Vec<f64> {
     let size = shape.size as u32;
     let resized = image.resize_exact(size, size, FilterType::Triangle);
     let plane = shape.size * shape.size;
@@ -278,7 +292,57 @@ fn pixels(
             }
         }
     }
-    Ok(out)
+    out
+}
+
+/// One image file as a model trained on `channels` images of `shape` reads it: the values
+/// training would have made of it. An image of another size or channel count is refused
+/// (naming what it is and what the model reads) unless `resize`, which converts and resizes
+/// it as training does.
+pub(crate) fn read_for_model(
+    path: &Path,
+    shape: ImageShape,
+    channels: Channels,
+    resize: bool,
+) -> Result<Vec<f64>, String> {
+    let bytes = read_image_file(path).map_err(|e| e.message)?;
+    let image = decode(path, &bytes).map_err(|e| e.message)?;
+    let color = image.color();
+    let has = usize::from(color.channel_count()) - usize::from(color.has_alpha());
+    let (w, h) = (image.width() as usize, image.height() as usize);
+    if !resize && (w != shape.size || h != shape.size || has != shape.channels) {
+        let name = |n: usize| if n == 1 { "gray" } else { "color" };
+        return Err(format!(
+            "{}: a {w}x{h} {} image; the model reads {}x{} {} images (pass --resize to convert and resize it as training did)",
+            path.display(),
+            name(has),
+            shape.size,
+            shape.size,
+            name(shape.channels)
+        ));
+    }
+    Ok(values(&image, shape, channels))
+}
+
+/// The image files under `dir` (its subfolders too), in name order.
+pub(crate) fn image_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let mut images = Vec::new();
+    walk(dir, 0, &mut images, &mut |_| {}).map_err(|e| e.message)?;
+    Ok(images)
+}
+
+/// The class folders of an image folder (its subfolders, in name order), each with its
+/// image files.
+pub(crate) fn class_folders(root: &Path) -> Result<Vec<(String, Vec<PathBuf>)>, String> {
+    let mut classes = Vec::new();
+    for entry in sorted_entries(root).map_err(|e| e.message)? {
+        if entry.is_dir() {
+            let mut images = Vec::new();
+            walk(&entry, 0, &mut images, &mut |_| {}).map_err(|e| e.message)?;
+            classes.push((relative(root, &entry), images));
+        }
+    }
+    Ok(classes)
 }
 
 #[cfg(test)]

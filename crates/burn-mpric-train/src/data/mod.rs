@@ -92,6 +92,42 @@ impl Dataset {
         }
     }
 
+    /// What a model of this data reads and gives.
+    pub fn schema(&self) -> crate::schema::Schema {
+        use crate::schema::{InputKind, OutputKind, Schema};
+        match self {
+            Dataset::Text(t) => Schema {
+                inputs: InputKind::Text {
+                    vocab: t.vocab().iter().collect(),
+                    context: t.context(),
+                },
+                scaling: None,
+                outputs: OutputKind::NextCharacter,
+            },
+            Dataset::Tabular(t) | Dataset::Images(Images { table: t, .. }) => Schema {
+                inputs: match self {
+                    Dataset::Images(i) => InputKind::Image {
+                        channels: i.channels,
+                        size: i.shape.size,
+                    },
+                    _ => InputKind::Columns {
+                        names: t.columns.clone(),
+                    },
+                },
+                scaling: Some(t.scaling.clone()),
+                outputs: match t.task {
+                    Task::Classification { .. } => OutputKind::Classes {
+                        target: t.target.clone(),
+                        names: t.classes.clone(),
+                    },
+                    Task::Regression => OutputKind::Value {
+                        target: t.target.clone(),
+                    },
+                },
+            },
+        }
+    }
+
     /// The content hash of the user's data files (none for bundled data).
     pub fn digest(&self) -> Option<&FileDigest> {
         match self {

@@ -4,6 +4,8 @@
 //! red-wine quality as classification, diabetes as regression; CSV files and image folders
 //! arrive here as a [`Table`].
 
+use serde::{Deserialize, Serialize};
+
 use crate::data::rng::Rng;
 use crate::digest::FileDigest;
 use crate::error::RecipeError;
@@ -29,6 +31,10 @@ pub struct Table {
     pub values: Vec<f64>,
     /// Features per example.
     pub features: usize,
+    /// The feature columns' names (as many as `features`; empty for images).
+    pub names: Vec<String>,
+    /// The target column's name.
+    pub target: String,
     /// One target per example.
     pub targets: Targets,
 }
@@ -68,6 +74,14 @@ pub struct Tabular {
     pub task: Task,
     /// The content hash of the files the data was read from (none for bundled data).
     pub digest: Option<FileDigest>,
+    /// The feature columns' names (empty for images).
+    pub columns: Vec<String>,
+    /// The target column's name.
+    pub target: String,
+    /// The class names in class-id order (empty for regression).
+    pub classes: Vec<String>,
+    /// The training split's statistics the features and the target were standardized with.
+    pub scaling: Scaling,
     train_x: Vec<f32>,
     train_y: Vec<f32>,
     eval_x: Vec<f32>,
@@ -100,6 +114,8 @@ impl Tabular {
                 };
                 Table {
                     features: ds.records.ncols(),
+                    names: ds.feature_names().to_vec(),
+                    target: name.target_column().to_string(),
                     values: ds.records.iter().copied().collect(),
                     targets: classes(ds.targets.iter().copied().collect()),
                 }
@@ -108,6 +124,8 @@ impl Tabular {
                 let ds = linfa_datasets::diabetes();
                 Table {
                     features: ds.records.ncols(),
+                    names: ds.feature_names().to_vec(),
+                    target: name.target_column().to_string(),
                     values: ds.records.iter().copied().collect(),
                     targets: Targets::Values(ds.targets.iter().copied().collect()),
                 }
@@ -136,6 +154,8 @@ impl Tabular {
         let Table {
             values: records,
             features,
+            names: columns,
+            target,
             targets,
         } = table;
         let n = targets.len();
@@ -148,14 +168,15 @@ impl Tabular {
                 ),
             ));
         }
-        let (task, targets): (Task, Vec<f64>) = match targets {
+        let (task, classes, targets): (Task, Vec<String>, Vec<f64>) = match targets {
             Targets::Classes { ids, names } => (
                 Task::Classification {
                     classes: names.len(),
                 },
+                names,
                 ids.into_iter().map(|c| c as f64).collect(),
             ),
-            Targets::Values(values) => (Task::Regression, values),
+            Targets::Values(values) => (Task::Regression, Vec::new(), values),
         };
 
         let eval_n = ((n as f64 * eval_fraction).round() as usize).clamp(1, n - 1);
@@ -204,14 +225,18 @@ impl Tabular {
         } else {
             (0.0, 1.0)
         };
+        let scaling = Scaling {
+            group,
+            mean,
+            std,
+            target: (task == Task::Regression).then_some((y_mean, y_std)),
+        };
         let take = |idx: &[usize]| -> (Vec<f32>, Vec<f32>) {
             let mut x = Vec::with_capacity(idx.len() * features);
             let mut y = Vec::with_capacity(idx.len());
             for &i in idx {
-                for f in 0..features {
-                    x.push(((records[i * features + f] - mean[f / group]) / std[f / group]) as f32);
-                }
-                y.push(((targets[i] - y_mean) / y_std) as f32);
+                x.extend(scaling.features(&records[i * features..(i + 1) * features]));
+                y.push(scaling.target_in(targets[i]));
             }
             (x, y)
         };
@@ -222,11 +247,35 @@ impl Tabular {
             features,
             task,
             digest: None,
+            columns,
+            target,
+            classes,
+            scaling,
             train_x,
             train_y,
             eval_x,
             eval_y,
         })
+    }
+
+    /// A table of held-out examples only (no training split): rows of a file scored by a
+    /// model trained on another table, `x` already standardized with that table's
+    /// statistics, `y` class ids or standardized targets.
+    pub(crate) fn held_out(name: String, like: &Tabular, x: Vec<f32>, y: Vec<f32>) -> Self {
+        Self {
+            name,
+            features: like.features,
+            task: like.task,
+            digest: None,
+            columns: like.columns.clone(),
+            target: like.target.clone(),
+            classes: like.classes.clone(),
+            scaling: like.scaling.clone(),
+            train_x: Vec::new(),
+            train_y: Vec::new(),
+            eval_x: x,
+            eval_y: y,
+        }
     }
 
     /// Training examples.
@@ -261,6 +310,58 @@ impl Tabular {
             ys.push(y[i]);
         }
         (xs, ys)
+    }
+}
+
+/// The statistics of a training split that features and targets are standardized with:
+/// `(value - mean) / std`, computed in f64 and rounded to f32 once, so that the rows of
+/// `mpric predict` get the bits the model trained on.
+///
+/// ```
+/// use burn_mpric_train::data::Scaling;
+///
+/// let s = Scaling { group: 1, mean: vec![1.0, 10.0], std: vec![2.0, 5.0], target: Some((3.0, 0.5)) };
+/// assert_eq!(s.features(&[2.0, 0.0]), vec![0.5, -2.0]);
+/// assert_eq!(s.target_in(4.0), 2.0);
+/// assert_eq!(s.target_out(2.0), 4.0);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Scaling {
+    /// Consecutive features that share one mean and deviation (1 for columns; an image's
+    /// `size * size` pixels of one channel).
+    pub group: usize,
+    /// The mean of each group of features over the training split.
+    pub mean: Vec<f64>,
+    /// The standard deviation of each group (1 where a feature is constant).
+    pub std: Vec<f64>,
+    /// The regression target's mean and deviation; `None` for classification.
+    pub target: Option<(f64, f64)>,
+}
+
+impl Scaling {
+    /// One example's raw features, standardized.
+    pub fn features(&self, raw: &[f64]) -> Vec<f32> {
+        let group = self.group.max(1);
+        raw.iter()
+            .enumerate()
+            .map(|(f, v)| ((v - self.mean[f / group]) / self.std[f / group]) as f32)
+            .collect()
+    }
+
+    /// A raw target as the model trains on it (unchanged for classes).
+    pub fn target_in(&self, raw: f64) -> f32 {
+        match self.target {
+            Some((mean, std)) => ((raw - mean) / std) as f32,
+            None => raw as f32,
+        }
+    }
+
+    /// A model output back in the target's own units.
+    pub fn target_out(&self, standardized: f32) -> f64 {
+        match self.target {
+            Some((mean, std)) => f64::from(standardized) * std + mean,
+            None => f64::from(standardized),
+        }
     }
 }
 

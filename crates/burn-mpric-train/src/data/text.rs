@@ -107,6 +107,54 @@ impl Text {
         })
     }
 
+    /// A text of held-out characters only, tokenized with `like`'s vocabulary: a file scored
+    /// by a model trained on `like`. A character outside the vocabulary is an error naming
+    /// it; the text must hold more characters than the context.
+    pub(crate) fn held_out(path: &Path, text: &str, like: &Text) -> Result<Self, String> {
+        let mut tokens = Vec::with_capacity(text.len());
+        for (line, content) in text.split('\n').enumerate() {
+            for c in (line > 0)
+                .then_some('\n')
+                .into_iter()
+                .chain(content.chars())
+            {
+                match like.vocab.binary_search(&c) {
+                    Ok(id) => tokens.push(id as u32),
+                    Err(_) => {
+                        return Err(format!(
+                            "{}: line {}: the character {c:?} is not in the model's vocabulary of {} characters",
+                            path.display(),
+                            line + 1,
+                            like.vocab.len()
+                        ));
+                    }
+                }
+            }
+        }
+        if tokens.len() < like.context + 1 {
+            return Err(format!(
+                "{}: {} characters; the model reads windows of {} and needs at least {}",
+                path.display(),
+                tokens.len(),
+                like.context,
+                like.context + 1
+            ));
+        }
+        Ok(Self {
+            vocab: like.vocab.clone(),
+            train: Vec::new(),
+            eval: tokens,
+            context: like.context,
+            digest: None,
+            name: format!("text {}", path.display()),
+        })
+    }
+
+    /// The vocabulary: token `i` is the `i`-th character.
+    pub fn vocab(&self) -> &[char] {
+        &self.vocab
+    }
+
     /// Distinct characters.
     pub fn vocab_size(&self) -> usize {
         self.vocab.len()

@@ -134,41 +134,45 @@ impl<B: Backend> Model<B> {
         Ok(data.iter::<bool>().all(|finite| finite))
     }
 
-    /// The batch's loss (and correct predictions). Logits are cast to f32 before the loss.
-    pub fn forward(&self, batch: Batch<B>) -> Result<Output<B>, Error> {
-        let mismatch = || Error::Internal("the model does not take this data's inputs".into());
-        match (self, batch.inputs, batch.targets) {
-            (Model::Mlp(m), Inputs::Features(x), targets) => tabular_loss(m.forward(x), targets),
-            (Model::Conv(m), Inputs::Features(x), targets) => tabular_loss(m.forward(x), targets),
-            (Model::ImageConv(m), Inputs::Features(x), targets) => {
-                tabular_loss(m.forward(x), targets)
-            }
-            (Model::TransformerLm(m), Inputs::Tokens(x), Targets::Tokens(y)) => {
+    /// The model's outputs for some inputs, cast to f32: logits `[n, classes]`, standardized
+    /// values `[n, 1]`, or next-character logits `[n * t, vocab]` for token windows `[n, t]`.
+    pub fn outputs(&self, inputs: Inputs<B>) -> Result<Tensor<B, 2>, Error> {
+        let out = match (self, inputs) {
+            (Model::Mlp(m), Inputs::Features(x)) => m.forward(x),
+            (Model::Conv(m), Inputs::Features(x)) => m.forward(x),
+            (Model::ImageConv(m), Inputs::Features(x)) => m.forward(x),
+            (Model::TransformerLm(m), Inputs::Tokens(x)) => {
                 let logits = m.forward(x);
                 let [n, t, v] = logits.dims();
-                Ok(classification(
-                    logits.reshape([n * t, v]),
-                    y.reshape([n * t]),
-                ))
+                logits.reshape([n * t, v])
             }
-            _ => Err(mismatch()),
+            _ => {
+                return Err(Error::Internal(
+                    "the model does not take this data's inputs".into(),
+                ));
+            }
+        };
+        Ok(out.cast(FloatDType::F32))
+    }
+
+    /// The batch's loss (and correct predictions), from the outputs at f32.
+    pub fn forward(&self, batch: Batch<B>) -> Result<Output<B>, Error> {
+        let out = self.outputs(batch.inputs)?;
+        match batch.targets {
+            Targets::Classes(y) => Ok(classification(out, y)),
+            Targets::Values(y) => Ok(Output {
+                loss: MseLoss::new().forward(out, y, Reduction::Mean),
+                correct: None,
+            }),
+            Targets::Tokens(y) => {
+                let [n, t] = y.dims();
+                Ok(classification(out, y.reshape([n * t])))
+            }
         }
     }
 }
 
-fn tabular_loss<B: Backend>(out: Tensor<B, 2>, targets: Targets<B>) -> Result<Output<B>, Error> {
-    match targets {
-        Targets::Classes(y) => Ok(classification(out, y)),
-        Targets::Values(y) => Ok(Output {
-            loss: MseLoss::new().forward(out.cast(FloatDType::F32), y, Reduction::Mean),
-            correct: None,
-        }),
-        Targets::Tokens(_) => Err(Error::Internal("a tabular model got token targets".into())),
-    }
-}
-
 fn classification<B: Backend>(logits: Tensor<B, 2>, targets: Tensor<B, 1, Int>) -> Output<B> {
-    let logits = logits.cast(FloatDType::F32);
     let [n, _] = logits.dims();
     let correct = logits
         .clone()

@@ -29,6 +29,26 @@ pub enum DatasetName {
     TinyText,
 }
 
+impl DatasetName {
+    /// The name of the target column of a bundled table, as `mpric predict` and `mpric
+    /// evaluate --data` read it in a CSV file (the features keep the names `linfa-datasets`
+    /// gives them).
+    ///
+    /// ```
+    /// use burn_mpric_train::recipe::DatasetName;
+    ///
+    /// assert_eq!(DatasetName::Winequality.target_column(), "quality");
+    /// ```
+    pub fn target_column(self) -> &'static str {
+        match self {
+            DatasetName::Iris => "species",
+            DatasetName::Winequality => "quality",
+            DatasetName::Diabetes => "progression",
+            DatasetName::TinyText => "next character",
+        }
+    }
+}
+
 impl fmt::Display for DatasetName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

@@ -638,6 +638,7 @@ where
                         eval: evals.clone(),
                         processes: options.processes.as_ref().map(|p| p.world),
                         process_devices: options.processes.as_ref().map(|_| replicas.len()),
+                        schema: Some(plan.data.schema()),
                     };
                     let dtype = policy.param().to_burn();
                     match checkpoint::save(

@@ -1,0 +1,137 @@
+//! `mpric export`: a trained model's weights as a safetensors file at f32, f16 or bf16
+//! (through burn-store, see [`burn_mpric::export`]), with a JSON sidecar that says how to use
+//! them: the recipe, the model's forward pass, the class labels and the training split's
+//! standardization. The same JSON is in the file's metadata under `mpric`.
+
+use std::path::{Path, PathBuf};
+
+use burn::backend::Flex;
+use burn::tensor::FloatDType;
+use burn_mpric::export::{Export, Layout};
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+use crate::infer::Trained;
+use crate::models::Model;
+use crate::plan::Plan;
+use crate::recipe::{ModelConfig, Recipe};
+use crate::schema::Schema;
+
+/// The sidecar's format tag.
+///
+/// ```
+/// assert_eq!(burn_mpric_train::infer::export::SIDECAR_FORMAT, "mpric-export/1");
+/// ```
+pub const SIDECAR_FORMAT: &str = "mpric-export/1";
+
+/// What the sidecar JSON holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sidecar {
+    /// [`SIDECAR_FORMAT`].
+    pub format: String,
+    /// The recipe the model was trained with.
+    pub recipe: Recipe,
+    /// The checkpoint's step.
+    pub step: u64,
+    /// The dtype of the tensors in the file.
+    pub dtype: String,
+    /// `pytorch` or `burn` (see [`Layout`]).
+    pub layout: String,
+    /// The forward pass, in words, with the tensor names.
+    pub forward: String,
+    /// What the model reads and gives, with the standardization of its inputs.
+    pub schema: Schema,
+}
+
+/// The sidecar path of an export: `model.safetensors` -> `model.json`.
+///
+/// ```
+/// use burn_mpric_train::infer::export::sidecar_path;
+///
+/// assert_eq!(sidecar_path("out/model.safetensors".as_ref()), std::path::Path::new("out/model.json"));
+/// assert_eq!(sidecar_path("m.json".as_ref()), std::path::Path::new("m.mpric.json"));
+/// ```
+pub fn sidecar_path(to: &Path) -> PathBuf {
+    let json = to.with_extension("json");
+    if json == to {
+        to.with_extension("mpric.json")
+    } else {
+        json
+    }
+}
+
+/// Writes the weights of `trained` to `to` at `dtype` in `layout`, and the sidecar beside
+/// it; returns the sidecar.
+pub fn export(
+    plan: &Plan,
+    trained: &Trained,
+    to: &Path,
+    dtype: FloatDType,
+    layout: Layout,
+) -> Result<Sidecar, Error> {
+    let refuse = |why: String| Error::Input(format!("--to {}: {why}", to.display()));
+    if to.is_dir() {
+        return Err(refuse("is a folder; name the file to write".into()));
+    }
+    let parent = match to.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    if !parent.is_dir() {
+        return Err(refuse(format!(
+            "the folder {} does not exist",
+            parent.display()
+        )));
+    }
+    let sidecar = Sidecar {
+        format: SIDECAR_FORMAT.to_string(),
+        recipe: trained.state.recipe.clone(),
+        step: trained.checkpoint.step,
+        dtype: format!("{dtype:?}").to_lowercase(),
+        layout: layout.to_string(),
+        forward: forward(&trained.state.recipe.model, layout),
+        schema: trained.schema.clone(),
+    };
+    let json = serde_json::to_string_pretty(&sidecar)
+        .map_err(|e| Error::Internal(format!("the sidecar: {e}")))?;
+    let device = Default::default();
+    let model = Model::<Flex>::init(&plan.recipe.model, plan.data.dims(), &device);
+    let model = trained.checkpoint.load_model(model, &device)?;
+    let written = Export::new(dtype)
+        .layout(layout)
+        .metadata("mpric", json.clone())
+        .save(&model, to)
+        .map_err(|e| match e {
+            burn_mpric::export::ExportError::Io { source, .. } => {
+                refuse(format!("cannot write it: {source}"))
+            }
+            other => Error::Internal(other.to_string()),
+        });
+    written?;
+    let side = sidecar_path(to);
+    crate::atomic::write_atomic(&side, (json + "\n").as_bytes())
+        .map_err(|e| Error::Input(format!("{}: cannot write the sidecar: {e}", side.display())))?;
+    Ok(sidecar)
+}
+
+/// The forward pass of a built-in model, naming its tensors.
+fn forward(model: &ModelConfig, layout: Layout) -> String {
+    let linear = match layout {
+        Layout::PyTorch => "x @ W.T + b with W = <name>.weight [out, in], b = <name>.bias",
+        Layout::Burn => "x @ W + b with W = <name>.weight [in, out], b = <name>.bias",
+    };
+    let inputs = "inputs standardized first: (raw - schema.scaling.mean[f / group]) / schema.scaling.std[f / group]";
+    let outputs = "classes: softmax(logits) in schema.outputs.classes.names order; a value: output * scaling.target[1] + scaling.target[0]";
+    match model {
+        ModelConfig::Mlp(c) => format!(
+            "mlp: {inputs}; h = relu(linear(layers.i, h)) for i in 0..{}; out = linear(out, h); linear(name, x) = {linear}; {outputs}",
+            c.hidden.len()
+        ),
+        ModelConfig::Conv(_) => format!(
+            "conv: {inputs}; convolutions convs.i (Conv2d on images, Conv1d on table rows; weight [out, in, k...]) each with ReLU (and 2x2 max pooling on images), flattened, h = relu(linear(dense.i, h)), out = linear(out, h); linear(name, x) = {linear}; {outputs}"
+        ),
+        ModelConfig::TransformerLm(_) => format!(
+            "transformer_lm: token ids (schema.inputs.text.vocab order) -> token.weight + position.weight rows, pre-norm causal transformer blocks, final norm, head; linear(name, x) = {linear}; logits over the vocabulary"
+        ),
+    }
+}
