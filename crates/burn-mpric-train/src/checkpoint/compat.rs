@@ -22,14 +22,42 @@ const RESUMABLE_CHANGES: [&str; 5] = [
 
 /// Errors unless `current` is `saved` up to [`RESUMABLE_CHANGES`], naming the first field
 /// that differs.
+/// The fields that make a trained model what it is: its architecture, the data it learned
+/// (with its split, drawn from the seed). Evaluating, predicting and exporting may change
+/// everything else (the backend, the policy, the optimizer).
+const MODEL_FIELDS: [&str; 3] = ["model", "dataset", "seed"];
+
 pub(crate) fn compatible(saved: &Recipe, current: &Recipe) -> Result<(), Error> {
+    compare(
+        saved,
+        current,
+        |key| !RESUMABLE_CHANGES.contains(&key),
+        "a resumed run may change only steps, epochs, checkpoint_every, max_consecutive_skips and output",
+    )
+}
+
+/// Whether a checkpoint of `saved` holds the model of `current`, for evaluation, prediction
+/// and export.
+pub(crate) fn same_model(saved: &Recipe, current: &Recipe) -> Result<(), Error> {
+    compare(
+        saved,
+        current,
+        |key| MODEL_FIELDS.contains(&key),
+        "its model, dataset and seed must be the run's",
+    )
+}
+
+fn compare(
+    saved: &Recipe,
+    current: &Recipe,
+    compared: impl Fn(&str) -> bool,
+    hint: &str,
+) -> Result<(), Error> {
     let strip = |recipe: &Recipe| -> Result<Value, Error> {
         let mut value = serde_json::to_value(recipe)
             .map_err(|e| Error::Internal(format!("recipe is not serializable: {e}")))?;
         if let Value::Object(map) = &mut value {
-            for key in RESUMABLE_CHANGES {
-                map.remove(key);
-            }
+            map.retain(|key, _| compared(key));
         }
         Ok(value)
     };
@@ -42,7 +70,7 @@ pub(crate) fn compatible(saved: &Recipe, current: &Recipe) -> Result<(), Error> 
     match first_difference(&a, &b, String::new()) {
         None => Ok(()),
         Some((field, was, now)) => Err(Error::Resume(format!(
-            "the recipe's `{field}` is {now} but the run was started with {was}; use the recipe the run started with (a resumed run may change only steps, epochs, checkpoint_every, max_consecutive_skips and output)"
+            "the recipe's `{field}` is {now} but the run was started with {was}; use the recipe the run started with ({hint})"
         ))),
     }
 }

@@ -435,9 +435,23 @@ impl Checkpoint {
     /// # Ok::<(), burn_mpric_train::Error>(())
     /// ```
     pub fn verify_for(&self, plan: &Plan) -> Result<Verified, Rejection> {
+        self.verify_with(plan, crate::checkpoint::compat::compatible)
+    }
+
+    /// As [`verify_for`](Self::verify_for), for using the model rather than resuming the
+    /// run: the recipe must agree on the model, the data and the seed only (the backend,
+    /// the policy and the optimizer may differ).
+    pub fn verify_model_for(&self, plan: &Plan) -> Result<Verified, Rejection> {
+        self.verify_with(plan, crate::checkpoint::compat::same_model)
+    }
+
+    fn verify_with(
+        &self,
+        plan: &Plan,
+        same: fn(&Recipe, &Recipe) -> Result<(), Error>,
+    ) -> Result<Verified, Rejection> {
         let (manifest, state, files) = self.read_proven().map_err(Rejection::Invalid)?;
-        crate::checkpoint::compat::compatible(&state.recipe, &plan.recipe)
-            .map_err(Rejection::Incompatible)?;
+        same(&state.recipe, &plan.recipe).map_err(Rejection::Incompatible)?;
         crate::checkpoint::compat::same_data(manifest.dataset.as_ref(), plan)
             .map_err(Rejection::Incompatible)?;
         self.fits(plan, manifest, state, files)
@@ -562,7 +576,7 @@ impl Checkpoint {
             }
         }
         let params = with_optimizer::<Flex, _>(
-            plan.recipe.optimizer,
+            state.recipe.optimizer,
             Load {
                 plan,
                 files,

@@ -76,7 +76,7 @@ impl Trained {
         let count = candidates.len();
         let mut refused: Vec<String> = Vec::new();
         for candidate in candidates {
-            match candidate.verify_for(plan) {
+            match candidate.verify_model_for(plan) {
                 Ok(verified) => {
                     return Ok(Trained {
                         schema: verified
