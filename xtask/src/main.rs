@@ -4,7 +4,8 @@
 //!   rules (no import circles, a Burn-independent core; see `layout.rs`), the documentation
 //!   rules (no path outside the repository, relative links that resolve, the op table's
 //!   document; see `docs.rs`), formatting, lints and the whole test suite with the MPI
-//!   transport built in (`mpi::FEATURES`), as CI runs them.
+//!   transport built in (`mpi::FEATURES`), as CI runs them; the export test's Python
+//!   (`python.rs`) is installed into `target/python` first.
 //! - `burn023`: the Burn 0.22 edition's tests against Burn 0.23.0-pre.1 (outside CI; see
 //!   `burn023.rs`).
 //! - `bench`: builds the benchmark suite (`mpric-bench`) in release mode and runs it; the
@@ -14,6 +15,7 @@ mod burn023;
 mod docs;
 mod layout;
 mod mpi;
+mod python;
 
 use std::path::Path;
 use std::process::{Command, ExitCode};
@@ -67,6 +69,10 @@ fn check() -> Result<(), String> {
         "-D",
         "warnings",
     ])?;
+    if let Some(python) = python::prepare(root) {
+        // SAFETY: as below.
+        unsafe { std::env::set_var("MPRIC_PYTHON", python) };
+    }
     for (key, value) in mpi::environment() {
         if std::env::var_os(key).is_none() {
             // SAFETY: xtask runs one thread here; the variables reach the MPI tests.

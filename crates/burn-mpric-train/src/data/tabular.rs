@@ -4,12 +4,11 @@
 //! red-wine quality as classification, diabetes as regression; CSV files and image folders
 //! arrive here as a [`Table`].
 
-use serde::{Deserialize, Serialize};
-
 use crate::data::rng::Rng;
 use crate::digest::FileDigest;
 use crate::error::RecipeError;
 use crate::recipe::DatasetName;
+use crate::schema::Scaling;
 
 /// What the targets are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -310,58 +309,6 @@ impl Tabular {
             ys.push(y[i]);
         }
         (xs, ys)
-    }
-}
-
-/// The statistics of a training split that features and targets are standardized with:
-/// `(value - mean) / std`, computed in f64 and rounded to f32 once, so that the rows of
-/// `mpric predict` get the bits the model trained on.
-///
-/// ```
-/// use burn_mpric_train::data::Scaling;
-///
-/// let s = Scaling { group: 1, mean: vec![1.0, 10.0], std: vec![2.0, 5.0], target: Some((3.0, 0.5)) };
-/// assert_eq!(s.features(&[2.0, 0.0]), vec![0.5, -2.0]);
-/// assert_eq!(s.target_in(4.0), 2.0);
-/// assert_eq!(s.target_out(2.0), 4.0);
-/// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Scaling {
-    /// Consecutive features that share one mean and deviation (1 for columns; an image's
-    /// `size * size` pixels of one channel).
-    pub group: usize,
-    /// The mean of each group of features over the training split.
-    pub mean: Vec<f64>,
-    /// The standard deviation of each group (1 where a feature is constant).
-    pub std: Vec<f64>,
-    /// The regression target's mean and deviation; `None` for classification.
-    pub target: Option<(f64, f64)>,
-}
-
-impl Scaling {
-    /// One example's raw features, standardized.
-    pub fn features(&self, raw: &[f64]) -> Vec<f32> {
-        let group = self.group.max(1);
-        raw.iter()
-            .enumerate()
-            .map(|(f, v)| ((v - self.mean[f / group]) / self.std[f / group]) as f32)
-            .collect()
-    }
-
-    /// A raw target as the model trains on it (unchanged for classes).
-    pub fn target_in(&self, raw: f64) -> f32 {
-        match self.target {
-            Some((mean, std)) => ((raw - mean) / std) as f32,
-            None => raw as f32,
-        }
-    }
-
-    /// A model output back in the target's own units.
-    pub fn target_out(&self, standardized: f32) -> f64 {
-        match self.target {
-            Some((mean, std)) => f64::from(standardized) * std + mean,
-            None => f64::from(standardized),
-        }
     }
 }
 

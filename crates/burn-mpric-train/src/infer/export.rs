@@ -135,3 +135,63 @@ fn forward(model: &ModelConfig, layout: Layout) -> String {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::Flex;
+    use burn::tensor::FloatDType;
+    use burn_mpric::export::{Export, Layout, load_safetensors};
+
+    use crate::infer::Trained;
+    use crate::models::Model;
+    use crate::{Plan, Recipe, train};
+
+    /// An f16 export read back with burn-store into a fresh model predicts what the f32
+    /// model predicts: logits within 1e-2 (f16 keeps 11 significant bits of each weight),
+    /// the same class for every held-out flower.
+    #[test]
+    fn an_f16_export_read_back_by_burn_predicts_as_the_f32_model() -> Result<(), crate::Error> {
+        let dir = std::env::temp_dir().join(format!("mpric-export-f16-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut recipe = Recipe::example();
+        recipe.output = dir.clone();
+        recipe.steps = Some(60);
+        let plan = Plan::new(recipe, "example")?;
+        train(&plan, &Default::default())?;
+        let trained = Trained::open(&plan, None)?;
+        let device = Default::default();
+        let fresh = || Model::<Flex>::init(&plan.recipe.model, plan.data.dims(), &device);
+        let model = trained.checkpoint.load_model(fresh(), &device)?;
+        for layout in [Layout::PyTorch, Layout::Burn] {
+            let bytes = Export::new(FloatDType::F16)
+                .layout(layout)
+                .to_bytes(&model)
+                .unwrap();
+            let back = load_safetensors(fresh(), &bytes, layout, FloatDType::F32).unwrap();
+            let items: Vec<usize> = (0..30).collect();
+            let logits = |m: &Model<Flex>| {
+                let batch = plan.data.batch::<Flex>(true, &items, &device);
+                m.outputs(batch.inputs)
+                    .unwrap()
+                    .into_data()
+                    .to_vec::<f32>()
+                    .unwrap()
+            };
+            let (a, b) = (logits(&model), logits(&back));
+            let worst = a
+                .iter()
+                .zip(&b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0, f32::max);
+            assert!(worst > 0.0 && worst < 1e-2, "{layout}: {worst}");
+            let class = |l: &[f32]| -> Vec<usize> {
+                l.chunks(3)
+                    .map(|c| (0..3).max_by(|i, j| c[*i].total_cmp(&c[*j])).unwrap())
+                    .collect()
+            };
+            assert_eq!(class(&a), class(&b), "{layout}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+        Ok(())
+    }
+}

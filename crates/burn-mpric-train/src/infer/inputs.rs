@@ -8,11 +8,12 @@ use std::path::{Path, PathBuf};
 use crate::data::Dataset;
 use crate::data::images::{self, ImageShape};
 use crate::data::source::{MAX_DATA_FILE_BYTES, read_limited};
-use crate::data::tabular::{Scaling, Tabular};
+use crate::data::tabular::Tabular;
 use crate::data::text::Text;
 use crate::error::Error;
 use crate::plan::Plan;
 use crate::recipe::{Channels, DataSource};
+use crate::schema::Scaling;
 use crate::schema::{InputKind, OutputKind, Schema};
 
 /// Examples read from a file: as a dataset whose held-out split they are, and how each is
