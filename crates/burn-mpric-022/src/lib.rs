@@ -57,6 +57,7 @@ mod cast;
 mod check;
 mod dtype;
 mod error;
+pub mod export;
 mod overflow;
 mod processes;
 mod scaler;
