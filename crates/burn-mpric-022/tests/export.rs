@@ -23,7 +23,7 @@ fn half_precision_exports_read_back_predict_as_the_f32_model() {
         m.forward(tokens.clone())
             .into_data()
             .convert::<f32>()
-            .to_vec()
+            .try_to_vec()
             .unwrap()
     };
     let reference = logits(&model);
