@@ -9,10 +9,12 @@
 //! - `burn023`: the Burn 0.22 edition's tests against Burn 0.23.0-pre.1 (outside CI; see
 //!   `burn023.rs`).
 //! - `bench`: builds the benchmark suite (`mpric-bench`) in release mode and runs it; the
-//!   report goes to `target/bench/` (`report.md`, `report.json`, `report.svg`).
+//!   report goes to `target/bench/` (`report.md`, `report.json`, `report.svg`);
+//!   `--allreduce` (`mpi.rs`) and `--inference` (`inference.rs`) run their own comparisons.
 
 mod burn023;
 mod docs;
+mod inference;
 mod layout;
 mod mpi;
 mod python;
@@ -82,16 +84,25 @@ fn check() -> Result<(), String> {
     cargo(&["test", "--workspace", "--features", mpi::FEATURES])
 }
 
+/// A benchmark with a report of its own: `(cargo, workspace root, arguments)`.
+type Comparison = fn(&str, &Path, &[String]) -> Result<(), String>;
+
 /// `cargo run --release -p burn-mpric-bench -- ARGS`, with the report in the workspace's
 /// `target/bench` unless `--out` is given, the `cuda` feature when `--backend cuda` is, and
 /// the `fusion` feature (Burn's default kernel fusion and autotuning) for `--fusion`.
 fn bench(args: &[String]) -> Result<(), String> {
-    if args.first().is_some_and(|a| a == "--allreduce") {
+    // The comparisons with their own reports: the all-reduce, inference at half precision.
+    let special: Option<Comparison> = match args.first().map(String::as_str) {
+        Some("--allreduce") => Some(mpi::bench),
+        Some("--inference") => Some(inference::bench),
+        _ => None,
+    };
+    if let Some(run) = special {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"))
             .parent()
             .ok_or("xtask has no parent directory")?;
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        return mpi::bench(&cargo, root, &args[1..]);
+        return run(&cargo, root, &args[1..]);
     }
     let mut cmd: Vec<String> = ["run", "--release", "-p", "burn-mpric-bench"]
         .map(String::from)
@@ -135,7 +146,10 @@ commands:
            autotuning); `cargo xtask bench --help` lists them all
   bench --allreduce [--sizes N,M] [--reps N]
            instead: the cost of one step's all-reduce under mpirun (MPI exact, MPI fast,
-           the TCP star) for 2, 3 and 4 processes; report in target/bench/allreduce.md";
+           the TCP star) for 2, 3 and 4 processes; report in target/bench/allreduce.md
+  bench --inference [--reps N]
+           instead: trained recipes evaluated at f32, mixed and pure bf16/f16 (metric
+           change, weight bytes, time); report in target/bench/inference.md";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -37,6 +37,7 @@
 
 pub mod audit;
 mod dtype;
+pub mod export;
 mod op_table;
 mod policy;
 pub mod scale;

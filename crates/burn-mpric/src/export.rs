@@ -27,71 +27,21 @@
 //! # Ok::<(), burn_mpric::export::ExportError>(())
 //! ```
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::rc::Rc;
 
 use burn::module::Module;
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, FloatDType};
 use burn_mpric_core::ResolvedPolicy;
+use burn_mpric_core::export::write_replacing;
+pub use burn_mpric_core::export::{ExportError, Layout};
 use burn_store::{
     BurnToPyTorchAdapter, IdentityAdapter, ModuleAdapter, ModuleSnapshot, PyTorchToBurnAdapter,
     SafetensorsStore, TensorSnapshot,
 };
 
 use crate::BurnDType;
-
-/// How weights are laid out in the file.
-///
-/// ```
-/// assert_eq!(burn_mpric::export::Layout::default().to_string(), "pytorch");
-/// ```
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Layout {
-    /// `torch.nn`'s: `Linear` weights `[out, in]` (`y = x Wᵀ + b`), norms' `weight`/`bias`.
-    #[default]
-    PyTorch,
-    /// Burn's: `Linear` weights `[in, out]` (`y = x W + b`), norms' `gamma`/`beta`.
-    Burn,
-}
-
-impl std::fmt::Display for Layout {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Layout::PyTorch => "pytorch",
-            Layout::Burn => "burn",
-        })
-    }
-}
-
-/// Why an export or import failed.
-///
-/// ```
-/// use burn_mpric::export::ExportError;
-///
-/// let err = ExportError::Dtype("flex32".into());
-/// assert!(err.to_string().contains("f32, f16 or bf16"));
-/// ```
-#[derive(Debug, thiserror::Error)]
-pub enum ExportError {
-    /// A dtype safetensors export does not write.
-    #[error("cannot export at {0}: choose f32, f16 or bf16")]
-    Dtype(String),
-    /// burn-store refused the tensors or the bytes.
-    #[error("{0}")]
-    Store(String),
-    /// The file could not be written or read.
-    #[error("{}: {source}", path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// What failed.
-        source: std::io::Error,
-    },
-    /// The file does not hold the module's tensors.
-    #[error("the file does not fit the module: {0}")]
-    Mismatch(String),
-}
 
 /// How to write a module's weights: the dtype, the layout, and metadata.
 ///
@@ -177,26 +127,6 @@ impl Export {
         let bytes = self.to_bytes(module)?;
         write_replacing(path, &bytes)
     }
-}
-
-/// Writes `bytes` to a temporary file beside `path`, then renames it to `path`.
-pub(crate) fn write_replacing(path: &Path, bytes: &[u8]) -> Result<(), ExportError> {
-    let io = |source| ExportError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let name = path.file_name().ok_or_else(|| {
-        io(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "not a file name",
-        ))
-    })?;
-    let tmp = path.with_file_name(format!(".{}.tmp", name.to_string_lossy()));
-    std::fs::write(&tmp, bytes).map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        io(e)
-    })
 }
 
 /// Loads safetensors bytes written by [`Export`] (or by PyTorch, in `Layout::PyTorch`) into

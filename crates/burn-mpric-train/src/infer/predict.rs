@@ -254,7 +254,8 @@ pub enum Sampling {
 /// use burn_mpric_train::Plan;
 ///
 /// let recipe = concat!(env!("CARGO_MANIFEST_DIR"), "/../../recipes/tiny_lm.toml");
-/// let plan = Plan::load(recipe.as_ref(), &["steps=2".into(), format!("output={}", dir.display())])?;
+/// let sets = ["steps=2".into(), "schedule.warmup_steps=1".into(), format!("output={}", dir.display())];
+/// let plan = Plan::load(recipe.as_ref(), &sets)?;
 /// burn_mpric_train::train(&plan, &Default::default())?;
 /// let trained = Trained::open(&plan, None)?;
 /// let text = generate(&plan, &trained, "The ", 5, Sampling::Greedy, None)?;

@@ -287,24 +287,14 @@ fn predictions_of_images_and_text() {
     assert_eq!(greedy, generate(&[]));
     let sampled = generate(&["--sample", "--seed", "5"]);
     assert_eq!(sampled, generate(&["--sample", "--seed", "5"]));
-    refused(
-        &dir,
-        &[
-            &["predict", lm.to_str().unwrap(), "--prompt", ""],
-            &sets.iter().map(String::as_str).collect::<Vec<_>>()[..],
-        ]
-        .concat(),
-        &["--prompt: empty"],
-    );
-    refused(
-        &dir,
-        &[
-            &["predict", lm.to_str().unwrap(), "--prompt", "日本"],
-            &sets.iter().map(String::as_str).collect::<Vec<_>>()[..],
-        ]
-        .concat(),
-        &["'日' is not in the model's vocabulary"],
-    );
+    for (prompt, needle) in [
+        ("", "--prompt: empty"),
+        ("日本", "'日' is not in the model's vocabulary"),
+    ] {
+        let mut args = vec!["predict", lm.to_str().unwrap(), "--prompt", prompt];
+        args.extend(sets.iter().map(String::as_str));
+        refused(&dir, &args, &[needle]);
+    }
 }
 
 #[test]
