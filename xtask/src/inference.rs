@@ -32,6 +32,9 @@ pub fn bench(cargo: &str, root: &Path, args: &[String]) -> Result<(), String> {
             ));
         }
     };
+    if reps == 0 {
+        return Err("--reps 0: at least one round".into());
+    }
     let status = Command::new(cargo)
         .args([
             "build",

@@ -20,16 +20,8 @@ pub fn parse(path: &Path, bytes: &[u8], source: &CsvSource) -> Result<Table, Rec
         .trim(csv::Trim::All)
         .flexible(false)
         .from_reader(bytes);
-    // Lines counted from the record's byte offset: the reader's own line counter does not
-    // count lines that end in "\r\n" (files saved on Windows).
-    // A record's offset may point at the "\n" of the "\r\n" before it: start past it.
-    let line_at = |position: &csv::Position| {
-        let mut start = (position.byte() as usize).min(bytes.len());
-        while start < bytes.len() && matches!(bytes[start], b'\r' | b'\n') {
-            start += 1;
-        }
-        bytes[..start].iter().filter(|b| **b == b'\n').count() as u64 + 1
-    };
+    let lines = std::cell::RefCell::new(Lines::new(bytes));
+    let line_at = |position: &csv::Position| lines.borrow_mut().at(position);
     let line_of = |err: &csv::Error| err.position().map(line_at);
     let at = |line: Option<u64>, message: String| match line {
         Some(line) => file_error(path, format!("line {line}: {message}")),
@@ -238,6 +230,42 @@ pub fn parse(path: &Path, bytes: &[u8], source: &CsvSource) -> Result<Table, Rec
         target: source.target.clone(),
         targets,
     })
+}
+
+/// Line numbers of CSV records, counted from their byte offsets: the reader's own line
+/// counter does not count lines that end in "\r\n" (files saved on Windows). Records are
+/// asked for in file order, so each count continues from the previous one.
+pub(crate) struct Lines<'a> {
+    bytes: &'a [u8],
+    /// The offset counted up to, and the newlines before it.
+    counted: (usize, u64),
+}
+
+impl<'a> Lines<'a> {
+    /// Counting lines of `bytes`.
+    pub(crate) fn new(bytes: &'a [u8]) -> Self {
+        Self {
+            bytes,
+            counted: (0, 0),
+        }
+    }
+
+    /// The line (from 1) a record at `position` starts on.
+    pub(crate) fn at(&mut self, position: &csv::Position) -> u64 {
+        let bytes = self.bytes;
+        // A record's offset may point at the "\n" of the "\r\n" before it: start past it.
+        let mut start = (position.byte() as usize).min(bytes.len());
+        while start < bytes.len() && matches!(bytes[start], b'\r' | b'\n') {
+            start += 1;
+        }
+        if start < self.counted.0 {
+            self.counted = (0, 0);
+        }
+        let (from, before) = self.counted;
+        let newlines = before + bytes[from..start].iter().filter(|b| **b == b'\n').count() as u64;
+        self.counted = (start, newlines);
+        newlines + 1
+    }
 }
 
 /// The header row (line 1), with its own error messages.

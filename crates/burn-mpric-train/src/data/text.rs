@@ -111,6 +111,7 @@ impl Text {
     /// by a model trained on `like`. A character outside the vocabulary is an error naming
     /// it; the text must hold more characters than the context.
     pub(crate) fn held_out(path: &Path, text: &str, like: &Text) -> Result<Self, String> {
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let mut tokens = Vec::with_capacity(text.len());
         for (line, content) in text.split('\n').enumerate() {
             for c in (line > 0)

@@ -93,7 +93,8 @@ pub fn evaluate(
     let scored = dataset.as_ref().unwrap_or(&plan.data);
     let task = Score {
         data: scored,
-        batch_size: plan.recipe.batch_size,
+        // The run's batch size: evaluation batches of the run's size add up as its did.
+        batch_size: trained.state.recipe.batch_size,
         target_std: trained
             .schema
             .scaling

@@ -128,7 +128,7 @@ fn forward(model: &ModelConfig, layout: Layout) -> String {
             c.hidden.len()
         ),
         ModelConfig::Conv(_) => format!(
-            "conv: {inputs}; convolutions convs.i (Conv2d on images, Conv1d on table rows; weight [out, in, k...]) each with ReLU (and 2x2 max pooling on images), flattened, h = relu(linear(dense.i, h)), out = linear(out, h); linear(name, x) = {linear}; {outputs}"
+            "conv: {inputs} (image pixels are first scaled to [0, 1], channel-major); convolutions convs.i (Conv2d on images, Conv1d on a table row read as one channel; weight [out, in, k...], stride 1, zero padding k / 2) each followed by ReLU and, on images while the side is at least 2, a 2x2 max pool of stride 2; flattened; h = relu(linear(dense.i, h)); out = linear(out, h); linear(name, x) = {linear}; {outputs}"
         ),
         ModelConfig::TransformerLm(_) => format!(
             "transformer_lm: token ids (schema.inputs.text.vocab order) -> token.weight + position.weight rows, pre-norm causal transformer blocks, final norm, head; linear(name, x) = {linear}; logits over the vocabulary"

@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::data::Dataset;
+use crate::data::csv::Lines;
 use crate::data::images::{self, ImageShape};
 use crate::data::source::{MAX_DATA_FILE_BYTES, read_limited};
 use crate::data::tabular::Tabular;
@@ -70,8 +71,7 @@ pub(crate) fn read(
             .map_err(input)
         }
         (InputKind::Text { .. }, Dataset::Text(like)) => {
-            let bytes = read_limited(path, MAX_DATA_FILE_BYTES)
-                .map_err(|e| input(format!("{}: cannot read it: {e}", path.display())))?;
+            let bytes = read_whole(path).map_err(input)?;
             let text = String::from_utf8(bytes)
                 .map_err(|_| input(format!("{}: not valid UTF-8", path.display())))?;
             let data = Text::held_out(path, &text, like).map_err(input)?;
@@ -85,6 +85,20 @@ pub(crate) fn read(
             "the checkpoint's inputs do not match the recipe's data".into(),
         )),
     }
+}
+
+/// The whole file, at most [`MAX_DATA_FILE_BYTES`] (as training reads its data).
+fn read_whole(path: &Path) -> Result<Vec<u8>, String> {
+    let bytes = read_limited(path, MAX_DATA_FILE_BYTES)
+        .map_err(|e| format!("{}: cannot read it: {e}", path.display()))?;
+    if bytes.len() as u64 > MAX_DATA_FILE_BYTES {
+        return Err(format!(
+            "{}: larger than {} MiB; inputs are read whole",
+            path.display(),
+            MAX_DATA_FILE_BYTES >> 20
+        ));
+    }
+    Ok(bytes)
 }
 
 fn scaling(schema: &Schema) -> Result<&Scaling, Error> {
@@ -106,7 +120,8 @@ fn target_value(
             class_id(names, label).map(|id| id as f32).ok_or_else(|| {
                 let shown: Vec<&str> = names.iter().take(12).map(String::as_str).collect();
                 format!(
-                    "{at}: the {target} `{label}` is not a class the model knows ({}{})",
+                    "{at}: the {target} `{}` is not a class the model knows ({}{})",
+                    label.escape_debug(),
                     shown.join(", "),
                     if names.len() > 12 { ", ..." } else { "" }
                 )
@@ -153,8 +168,9 @@ fn read_csv(
             path.display()
         ));
     }
-    let bytes = read_limited(path, MAX_DATA_FILE_BYTES)
-        .map_err(|e| format!("{}: cannot read it: {e}", path.display()))?;
+    let bytes = read_whole(path)?;
+    let lines = std::cell::RefCell::new(Lines::new(&bytes));
+    let line_at = |p: &csv::Position| lines.borrow_mut().at(p);
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(header)
         .delimiter(delimiter)
@@ -170,12 +186,11 @@ fn read_csv(
             expected_len, len, ..
         } => format!(
             "{}: {len} fields where the first row has {expected_len}",
-            at(err.position().map(csv::Position::line))
+            at(err.position().map(line_at))
         ),
-        csv::ErrorKind::Utf8 { .. } => format!(
-            "{}: not valid UTF-8",
-            at(err.position().map(csv::Position::line))
-        ),
+        csv::ErrorKind::Utf8 { .. } => {
+            format!("{}: not valid UTF-8", at(err.position().map(line_at)))
+        }
         _ => format!("{}: {err}", path.display()),
     };
     let mut records: Vec<csv::StringRecord> = Vec::new();
@@ -196,6 +211,18 @@ fn read_csv(
     };
     if records.is_empty() {
         return Err(format!("{}: has no data rows", path.display()));
+    }
+    if let Some(dup) = names
+        .iter()
+        .enumerate()
+        .find(|(i, n)| names[..*i].contains(n))
+        .map(|(_, n)| n)
+    {
+        return Err(format!(
+            "{}: line 1: column `{}` appears twice in the header",
+            path.display(),
+            dup.escape_debug()
+        ));
     }
     let position = |name: &str| names.iter().position(|n| n == name);
     let mut features = Vec::with_capacity(columns.len());
@@ -230,7 +257,7 @@ fn read_csv(
     let mut row_names = Vec::with_capacity(records.len());
     let mut raw = vec![0.0f64; columns.len()];
     for record in &records {
-        let line = record.position().map(csv::Position::line);
+        let line = record.position().map(line_at);
         for (slot, &f) in raw.iter_mut().zip(&features) {
             let field = &record[f];
             *slot = match field.parse::<f64>() {
@@ -240,7 +267,7 @@ fn read_csv(
                         "{}: column `{}` is `{}`, not a finite number",
                         at(line),
                         names[f],
-                        field.chars().take(40).collect::<String>()
+                        field.chars().take(40).collect::<String>().escape_debug()
                     ));
                 }
             };

@@ -78,6 +78,9 @@ impl Trained {
         for candidate in candidates {
             match candidate.verify_model_for(plan) {
                 Ok(verified) => {
+                    for skipped in &refused {
+                        eprintln!("note: skipped {skipped}");
+                    }
                     return Ok(Trained {
                         schema: verified
                             .state
@@ -168,7 +171,7 @@ pub trait ModelTask {
 }
 
 /// Loads a trained model on the recipe's backend (its first device) at `policy` (the
-/// recipe's when `None`) and runs `task` on it; returns what it gave and the policy as the
+/// training run's when `None`) and runs `task` on it; returns what it gave and the policy as the
 /// device resolved it. A policy the device cannot run is refused naming `--policy`.
 pub fn with_model<T: ModelTask>(
     plan: &Plan,
@@ -185,10 +188,9 @@ pub fn with_model<T: ModelTask>(
     impl<T: ModelTask> BackendTask for OnBackend<'_, T> {
         type Output = Result<(T::Output, ResolvedPolicy), Error>;
         fn run<B: Backend>(self, device: B::Device, backend: BackendName) -> Self::Output {
+            // The run's own policy unless another is asked for: the model as it trained.
             let mut recipe = self.plan.recipe.clone();
-            if let Some(policy) = self.policy {
-                recipe.policy = policy;
-            }
+            recipe.policy = self.policy.unwrap_or(self.trained.state.recipe.policy);
             let settings = recipe.settings().map_err(|e| e.in_file(&self.plan.label))?;
             let device = mp_device::<B>(device, settings, backend).map_err(|e| {
                 match (self.policy, e.field.as_str()) {

@@ -81,6 +81,16 @@ pub fn predict(
         batch_size: plan.recipe.batch_size,
     };
     let (rows, resolved) = with_model(plan, trained, policy, task)?;
+    if let Some((_, name)) = rows
+        .iter()
+        .zip(&read.names)
+        .find(|(row, _)| row.iter().any(|v| !v.is_finite()))
+    {
+        return Err(Error::Input(format!(
+            "{}: the model's outputs for {name} are not finite at {resolved} (a value beyond the dtype's range); predict at --policy f32 or a mixed policy",
+            path.display()
+        )));
+    }
     let input = match schema.inputs {
         InputKind::Columns { .. } => "line",
         _ => "file",
@@ -244,6 +254,13 @@ pub enum Sampling {
     },
 }
 
+/// The most characters [`generate`] makes in one call.
+///
+/// ```
+/// assert_eq!(burn_mpric_train::infer::predict::MAX_GENERATED, 1_000_000);
+/// ```
+pub const MAX_GENERATED: usize = 1_000_000;
+
 /// Text from the character model: `prompt` followed by `tokens` generated characters.
 ///
 /// ```
@@ -291,7 +308,12 @@ pub fn generate(
             "--temperature {temperature}: must be a number above 0"
         )));
     }
-    let mut ids = Vec::with_capacity(prompt.len() + tokens);
+    if tokens > MAX_GENERATED {
+        return Err(Error::Input(format!(
+            "--tokens {tokens}: at most {MAX_GENERATED} characters are generated at once"
+        )));
+    }
+    let mut ids = Vec::with_capacity(prompt.len());
     for c in prompt.chars() {
         match vocab.iter().position(|v| *v == c) {
             Some(id) => ids.push(id as i64),

@@ -287,11 +287,23 @@ fn predictions_of_images_and_text() {
     assert_eq!(greedy, generate(&[]));
     let sampled = generate(&["--sample", "--seed", "5"]);
     assert_eq!(sampled, generate(&["--sample", "--seed", "5"]));
-    for (prompt, needle) in [
-        ("", "--prompt: empty"),
-        ("日本", "'日' is not in the model's vocabulary"),
+    for (prompt, tokens, needle) in [
+        ("", "5", "--prompt: empty"),
+        ("日本", "5", "'日' is not in the model's vocabulary"),
+        (
+            "The ",
+            "10000000000",
+            "--tokens 10000000000: at most 1000000",
+        ),
     ] {
-        let mut args = vec!["predict", lm.to_str().unwrap(), "--prompt", prompt];
+        let mut args = vec![
+            "predict",
+            lm.to_str().unwrap(),
+            "--prompt",
+            prompt,
+            "--tokens",
+            tokens,
+        ];
         args.extend(sets.iter().map(String::as_str));
         refused(&dir, &args, &[needle]);
     }
@@ -345,6 +357,25 @@ fn bad_inputs_get_one_line_and_exit_2() {
     check(
         &["evaluate", r, "--data", "text.csv"],
         &["no column `condition`, the target"],
+    );
+    // Lines of a file saved on Windows ("\r\n") are counted as an editor counts them.
+    std::fs::write(
+        dir.join("crlf.csv"),
+        "temperature_c,vibration_mm_s,current_a,pressure_bar\r\n1,2,3,4\r\n1,2,3,4\r\n1,2,x,4\r\n",
+    )
+    .unwrap();
+    check(
+        &["predict", r, "--data", "crlf.csv"],
+        &["line 4", "`current_a` is `x`"],
+    );
+    std::fs::write(
+        dir.join("twice.csv"),
+        "temperature_c,temperature_c,vibration_mm_s,current_a,pressure_bar\n1,1,2,3,4\n",
+    )
+    .unwrap();
+    check(
+        &["predict", r, "--data", "twice.csv"],
+        &["`temperature_c` appears twice"],
     );
     std::fs::write(
         dir.join("label.csv"),

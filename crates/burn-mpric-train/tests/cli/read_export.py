@@ -6,6 +6,9 @@ Reads the weights with the `safetensors` package and the sidecar JSON beside the
 model's columns, the training split's standardization, the class labels), runs the forward
 pass the sidecar describes in float64, and prints what `mpric predict` prints: a CSV with
 the input's line, then the label and its probability, or the value in the target's units.
+
+The CSV must be comma-separated with a header row and one line per row (as the tests write
+it): a row's line is its index plus 2.
 """
 
 import csv
