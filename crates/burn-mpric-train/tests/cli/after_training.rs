@@ -551,6 +551,65 @@ fn an_independent_reader_computes_the_predictions_from_the_export() {
     }
 }
 
+#[test]
+fn an_independent_reader_computes_the_character_models_loss_from_the_export() {
+    let dir = fresh_dir("after-python-lm");
+    let Some(python) = python_with_safetensors() else {
+        eprintln!("skipped: no Python with the `safetensors` and `numpy` packages (see above)");
+        return;
+    };
+    let lm = recipes().join("tiny_lm.toml");
+    let sets = trained(&dir, &lm, "lm", &["steps=30", "schedule.warmup_steps=1"]);
+    // A passage the model reads as new text: the middle of the shipped text, rewritten.
+    let shipped =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("data/tiny_text.txt"))
+            .unwrap();
+    let passage: String = shipped.chars().skip(5000).take(400).collect::<String>();
+    let passage = passage.replace("the", "a");
+    std::fs::write(dir.join("passage.txt"), &passage).unwrap();
+    let ours: Value = serde_json::from_str(&after(
+        &dir,
+        "evaluate",
+        &lm,
+        &["--data", "passage.txt", "--policy", "f32", "--json"],
+        &sets,
+    ))
+    .unwrap();
+    let ours = ours["loss"].as_f64().unwrap();
+    for (dtype, tolerance) in [("f32", 1e-4), ("f16", 1e-2)] {
+        let file = dir.join(format!("lm-{dtype}.safetensors"));
+        after(
+            &dir,
+            "export",
+            &lm,
+            &["--to", file.to_str().unwrap(), "--dtype", dtype],
+            &sets,
+        );
+        let theirs = Command::new(&python)
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cli/read_export_lm.py"))
+            .args([
+                file.to_str().unwrap(),
+                dir.join("passage.txt").to_str().unwrap(),
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            theirs.status.success(),
+            "{}",
+            String::from_utf8_lossy(&theirs.stderr)
+        );
+        let theirs: f64 = String::from_utf8(theirs.stdout)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(
+            (ours - theirs).abs() <= tolerance * ours,
+            "{dtype}: mpric {ours}, numpy {theirs}"
+        );
+    }
+}
+
 /// A Python that imports `safetensors` and `numpy`: `MPRIC_PYTHON`, the one `cargo xtask
 /// check` installs into `target/python`, or `python3`.
 fn python_with_safetensors() -> Option<PathBuf> {
