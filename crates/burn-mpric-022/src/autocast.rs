@@ -50,9 +50,14 @@
 //! - **[`FullPrecision`]-wrapped modules: always kept at the param dtype.** The wrapper casts
 //!   its input to the dtype the wrapped module's parameters are stored in and its output back,
 //!   like a PyTorch `autocast(enabled=False)` region with explicit casts.
-//! - **Paths you name** with [`Autocast::keep_full_precision`]: kept at the param dtype. The
-//!   module at that path must then receive inputs at that dtype (cast them in your forward, or
-//!   wrap the module in [`FullPrecision`]), or its op meets two dtypes.
+//! - **Paths you name** with [`Autocast::keep_full_precision`]: kept at the param dtype where
+//!   that can work. A module kept at f32 must receive f32 inputs, and only the code that calls
+//!   its `forward` can cast them; a layer inside a library module (burn-nn's
+//!   `TransformerEncoder`) receives the half output of the layer before it, and its first op
+//!   would meet two dtypes. So [`Autocast::apply`] refuses such a path with
+//!   [`AutocastError::KeptPathFedHalf`], naming the field of your module to wrap in
+//!   [`FullPrecision`] instead. Where your own forward casts the module's input, say so with
+//!   [`Autocast::keep_full_precision_cast_by_caller`].
 //!
 //! Everything else PyTorch runs at f32 (exp, log, softmax, losses) has no parameter: cast the
 //! logits to the output dtype with [`cast_for_output`](crate::cast_for_output) before the loss.
@@ -334,6 +339,22 @@ pub enum AutocastError {
         /// The module's parameter paths, comma separated.
         known: String,
     },
+    /// A full-precision path whose module would receive half-precision inputs: nothing casts
+    /// them back to the param dtype, so the module's first op would meet two dtypes (a Burn
+    /// assertion on Flex, wrong numbers on Wgpu).
+    #[error(
+        "`keep_full_precision(\"{path}\")` cannot work under compute {compute}: the module at `{path}` would keep {param} weights but receive the {compute} output of the layer before it, and Burn 0.22 has no type promotion, so its first op would meet two dtypes. Wrap the field `{field}` of your module in FullPrecision (`{field}: FullPrecision<...>`, called as `self.{field}.forward_with(x, |m, x| m.forward(x))`), or use a bf16 policy; if your own forward already casts that module's input to {param}, name it with `keep_full_precision_cast_by_caller(\"{path}\")`"
+    )]
+    KeptPathFedHalf {
+        /// The path as given.
+        path: String,
+        /// The field of the top-level module that holds it: the one to wrap.
+        field: String,
+        /// The compute dtype.
+        compute: FloatDType,
+        /// The param dtype.
+        param: FloatDType,
+    },
     /// The module already holds a reparameterized parameter (LoRA, or an earlier autocast);
     /// Burn 0.22 does not nest reparameterizations.
     #[error(
@@ -428,6 +449,8 @@ pub struct ParamPlan {
 pub struct Autocast {
     policy: ResolvedPolicy,
     paths: Vec<String>,
+    /// The paths whose module's input the caller casts to the param dtype.
+    cast_by_caller: Vec<String>,
     layer_norms: bool,
 }
 
@@ -447,6 +470,7 @@ impl Autocast {
         Self {
             policy,
             paths: Vec::new(),
+            cast_by_caller: Vec::new(),
             layer_norms: true,
         }
     }
@@ -491,26 +515,63 @@ impl Autocast {
     }
 
     /// Keeps every parameter whose path is `path` or starts with `path.` at the param dtype.
-    /// The module there must receive inputs at that dtype (see the [module docs](self)). A
-    /// path that matches no parameter makes [`apply`](Self::apply) fail.
+    /// A path that matches no parameter makes [`apply`](Self::apply) fail, and so does one
+    /// whose module would receive half-precision inputs under a policy that computes lower
+    /// ([`AutocastError::KeptPathFedHalf`]): paths inside a [`FullPrecision`] wrapper, or
+    /// `LayerNorm`s under f16 compute (burn-nn widens them itself), or any path when the
+    /// policy computes at the param dtype. For a module whose input your forward casts, use
+    /// [`keep_full_precision_cast_by_caller`](Self::keep_full_precision_cast_by_caller).
     ///
     /// # Example
     ///
     /// ```
     /// use burn::nn::LinearConfig;
-    /// use burn::tensor::{DType, Device};
-    /// use burn_mpric_022::Autocast;
+    /// use burn::tensor::Device;
+    /// use burn_mpric_022::{Autocast, AutocastError};
     /// use burn_mpric_core::ResolvedPolicy;
     ///
     /// let policy: ResolvedPolicy = "mixed_bf16".parse().unwrap();
     /// let linear = LinearConfig::new(2, 2).init(&Device::flex());
-    /// let linear = Autocast::new(policy).keep_full_precision("bias").apply(linear).unwrap();
-    /// assert_eq!(linear.weight.val().dtype(), DType::BF16);
-    /// assert_eq!(linear.bias.unwrap().val().dtype(), DType::F32);
+    /// // The bias is added to the bf16 output of the matmul inside burn-nn's Linear:
+    /// // nothing there can cast it to f32.
+    /// let err = Autocast::new(policy).keep_full_precision("bias").apply(linear).unwrap_err();
+    /// assert!(matches!(err, AutocastError::KeptPathFedHalf { .. }));
+    /// assert!(err.to_string().contains("FullPrecision"));
     /// ```
     #[must_use]
     pub fn keep_full_precision(mut self, path: impl Into<String>) -> Self {
         self.paths.push(path.into());
+        self
+    }
+
+    /// [`keep_full_precision`](Self::keep_full_precision) for a module whose input your own
+    /// forward casts to the param dtype (and whose output it casts back): not checked.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::module::Module;
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::tensor::{DType, Device, FloatDType, Tensor};
+    /// use burn_mpric_022::{Autocast, cast_for_compute};
+    /// use burn_mpric_core::ResolvedPolicy;
+    ///
+    /// #[derive(Module, Debug)]
+    /// struct Net { body: Linear, head: Linear }
+    ///
+    /// let device = Device::flex();
+    /// let policy: ResolvedPolicy = "mixed_bf16".parse().unwrap();
+    /// let net = Net { body: LinearConfig::new(2, 2).init(&device), head: LinearConfig::new(2, 1).init(&device) };
+    /// let net = Autocast::new(policy).keep_full_precision_cast_by_caller("head").apply(net).unwrap();
+    /// let h = net.body.forward(cast_for_compute(Tensor::<2>::ones([1, 2], &device), &policy));
+    /// let y = net.head.forward(h.cast(FloatDType::F32)); // the cast this path promises
+    /// assert_eq!(y.dtype(), DType::F32);
+    /// ```
+    #[must_use]
+    pub fn keep_full_precision_cast_by_caller(mut self, path: impl Into<String>) -> Self {
+        let path = path.into();
+        self.cast_by_caller.push(path.clone());
+        self.paths.push(path);
         self
     }
 
@@ -600,7 +661,8 @@ impl Autocast {
     /// # Errors
     ///
     /// [`AutocastError::Unsupported`] when a device of the module cannot run the policy,
-    /// [`AutocastError::UnmatchedPath`], [`AutocastError::AlreadyReparameterized`].
+    /// [`AutocastError::UnmatchedPath`], [`AutocastError::KeptPathFedHalf`],
+    /// [`AutocastError::AlreadyReparameterized`].
     ///
     /// # Example
     ///
@@ -651,6 +713,7 @@ impl Autocast {
             decisions: HashMap::new(),
             matched: HashSet::new(),
             reparameterized: None,
+            fed_half: None,
             changes: false,
         };
         module.visit(&mut visitor);
@@ -667,6 +730,15 @@ impl Autocast {
             return Err(AutocastError::UnmatchedPath {
                 path: path.clone(),
                 known: known.join(", "),
+            });
+        }
+        if let Some(path) = visitor.fed_half {
+            let field = path.split('.').next().unwrap_or(&path).to_string();
+            return Err(AutocastError::KeptPathFedHalf {
+                field,
+                path,
+                compute: self.policy.compute(),
+                param: self.policy.param(),
             });
         }
         Ok(Survey {
@@ -761,6 +833,8 @@ struct SurveyVisitor<'a> {
     matched: HashSet<String>,
     /// The first parameter found already reparameterized.
     reparameterized: Option<String>,
+    /// The first full-precision path found whose module would be fed half inputs.
+    fed_half: Option<String>,
     changes: bool,
 }
 
@@ -792,6 +866,18 @@ impl ModuleVisitor for SurveyVisitor<'_> {
         // `enter_module(field, "Struct:Parent")`: a field's container type names the struct
         // that holds it, so the innermost entry is the parameter's own layer.
         let kept = self.autocast.kept(&path, &self.containers);
+        if let Some(KeptBecause::Path(prefix)) = &kept
+            && self.fed_half.is_none()
+            && !self.autocast.cast_by_caller.contains(prefix)
+            && policy.compute() != policy.param()
+            && !(policy.compute() == FloatDType::F16
+                && self
+                    .containers
+                    .last()
+                    .is_some_and(|c| c == "Struct:LayerNorm"))
+        {
+            self.fed_half = Some(prefix.clone());
+        }
         let used = if kept.is_some() {
             policy.param()
         } else {

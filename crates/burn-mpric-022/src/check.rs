@@ -15,9 +15,10 @@ use crate::error::StepError;
 /// What each gradient is reduced to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CheckKind {
-    /// Its sum at f32: finite exactly when every element is, as an infinity or NaN anywhere
-    /// makes the sum one (finite f32 gradients whose sum exceeds `f32::MAX` count as
-    /// non-finite too; a run there has diverged anyway).
+    /// The sum of its magnitudes at f32: finite exactly when every element is, as an
+    /// infinity or NaN anywhere makes the sum one (finite f32 gradients whose sum exceeds
+    /// `f32::MAX` count as non-finite too; a run there has diverged anyway), and zero exactly
+    /// when every element is.
     Sum,
     /// Its largest magnitude `m` and `sum((g / m)^2)`: finite exactly when every element is,
     /// and its share `m^2 * sum((g / m)^2)` of the squared global norm, which no finite
@@ -29,6 +30,7 @@ pub(crate) enum CheckKind {
 pub(crate) struct Checked {
     pub(crate) grads: GradientsParams,
     pub(crate) finite: bool,
+    pub(crate) zero: bool,
     /// The mean of the scaled loss, as read.
     pub(crate) loss: Option<f32>,
     pub(crate) grad_norm: Option<f32>,
@@ -114,7 +116,7 @@ impl ModuleVisitor for GradCheck<'_> {
             // overflowed on the way back to f16 is caught too.
             let flat = out.clone().cast(wide).reshape([count]);
             match self.kind {
-                CheckKind::Sum => self.checks.push(flat.sum().cast(FloatDType::F32)),
+                CheckKind::Sum => self.checks.push(flat.abs().sum().cast(FloatDType::F32)),
                 CheckKind::Norm => {
                     let largest = flat.clone().abs().max();
                     let divisor = largest.clone().clamp_min(f32::MIN_POSITIVE);
@@ -131,6 +133,8 @@ impl ModuleVisitor for GradCheck<'_> {
 /// What the step's one read returned.
 pub(crate) struct Read {
     pub(crate) finite: bool,
+    /// Every gradient exactly zero (and at least one gradient).
+    pub(crate) zero: bool,
     pub(crate) loss: Option<f32>,
     /// The global norm in f64 ([`CheckKind::Norm`] with at least one gradient): infinite when
     /// an element is infinite, NaN when one is NaN.
@@ -148,6 +152,7 @@ pub(crate) fn read_checks(
     let Some(device) = parts.first().map(|part| part.device()) else {
         return Ok(Read {
             finite: true,
+            zero: false,
             loss: None,
             norm: None,
         });
@@ -166,12 +171,16 @@ pub(crate) fn read_checks(
     }
     let (loss, checks) = values.split_at(usize::from(has_loss));
     let finite = checks.iter().all(|value| value.is_finite());
+    // Sum: each check is a sum of magnitudes; Norm: the largest magnitude comes first.
+    let step = if kind == CheckKind::Norm { 2 } else { 1 };
+    let zero = !checks.is_empty() && checks.iter().step_by(step).all(|value| *value == 0.0);
     let norm = match kind {
         CheckKind::Norm if !checks.is_empty() => Some(global_norm(checks)),
         _ => None,
     };
     Ok(Read {
         finite,
+        zero,
         loss: loss.first().copied(),
         norm,
     })

@@ -9,8 +9,9 @@ use burn::optim::{GradientsParams, ModuleOptimizer, MultiGradientsParams};
 use burn::tensor::{FloatDType, Tensor};
 use burn_mpric_core::ResolvedPolicy;
 use burn_mpric_core::scale::{
-    ClipNorm, LossScale, LossScaleConfig, LossScaleError, LossScalePreset, ScalerRecord,
-    ScalerState, ScalerStats, StateError, StepOutcome,
+    ClipNorm, DEFAULT_MAX_CONSECUTIVE_SKIPS, LossScale, LossScaleConfig, LossScaleError,
+    LossScalePreset, ProbeRead, ScalerRecord, ScalerState, ScalerStats, SkipCause, StateError,
+    StepOutcome,
 };
 
 use crate::check::{CheckKind, Checked, GradCheck, read_checks};
@@ -33,6 +34,12 @@ use crate::error::StepError;
 ///    loss and read from the device **once**; the host decides. If any gradient is not
 ///    finite, the optimizer is not called, so parameters and optimizer state stay
 ///    bit-identical; the scale is updated and a [`StepOutcome`] reports what happened.
+///
+/// A run whose every step skips does not go on in silence: after
+/// [`DEFAULT_MAX_CONSECUTIVE_SKIPS`] skipped steps in a row (see
+/// [`with_max_consecutive_skips`](Self::with_max_consecutive_skips)) a step returns
+/// [`StepError::Stalled`], which stops the loop. [`step_with`](Self::step_with), which runs the
+/// loss itself, also tells a range problem from one no loss scale fixes ([`SkipCause`]).
 ///
 /// # Example
 ///
@@ -60,14 +67,22 @@ use crate::error::StepError;
 /// }
 /// assert_eq!(scaler.stats().steps, 3);
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LossScaler {
     state: ScalerState,
+    /// Skipped steps in a row that stop the run; 0 never stops.
+    max_consecutive_skips: u64,
+}
+
+impl Default for LossScaler {
+    fn default() -> Self {
+        Self::new(ScalerState::default())
+    }
 }
 
 impl From<ScalerState> for LossScaler {
     fn from(state: ScalerState) -> Self {
-        Self { state }
+        Self::new(state)
     }
 }
 
@@ -83,7 +98,60 @@ impl LossScaler {
     /// assert_eq!(LossScaler::new(ScalerState::fixed(256.0).unwrap()).scale(), 256.0);
     /// ```
     pub fn new(state: ScalerState) -> Self {
-        Self { state }
+        Self {
+            state,
+            max_consecutive_skips: DEFAULT_MAX_CONSECUTIVE_SKIPS,
+        }
+    }
+
+    /// Stops the run with [`StepError::Stalled`] once `max` steps in a row were skipped
+    /// (default [`DEFAULT_MAX_CONSECUTIVE_SKIPS`]); `0` never stops, for loops that read
+    /// [`ScalerStats::consecutive_skipped`] themselves.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::nn::LinearConfig;
+    /// use burn::optim::{GradientsParams, SgdConfig};
+    /// use burn::tensor::{Device, Tensor};
+    /// use burn_mpric_022::{LossScaler, StepError};
+    ///
+    /// let device = Device::flex().autodiff();
+    /// let mut model = LinearConfig::new(1, 1).with_bias(false).init(&device);
+    /// let mut scaler = LossScaler::default().with_max_consecutive_skips(2);
+    /// let mut optim = SgdConfig::new().init();
+    /// let nan = |model: &burn::nn::Linear| {
+    ///     let mut grads = GradientsParams::new();
+    ///     grads.register(model.weight.id, Tensor::<2>::from_floats([[f32::NAN]], &Device::flex()));
+    ///     grads
+    /// };
+    /// let grads = nan(&model);
+    /// let (next, first) = scaler.step(&mut optim, 1.0, model, grads);
+    /// assert!(first.unwrap().is_skipped());
+    /// let grads = nan(&next);
+    /// let (_, second) = scaler.step(&mut optim, 1.0, next, grads);
+    /// assert!(matches!(second, Err(StepError::Stalled { .. })));
+    /// ```
+    #[must_use]
+    pub fn with_max_consecutive_skips(self, max: u64) -> Self {
+        Self {
+            max_consecutive_skips: max,
+            ..self
+        }
+    }
+
+    /// Skipped steps in a row that stop the run (0: never).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_022::LossScaler;
+    /// use burn_mpric_core::scale::DEFAULT_MAX_CONSECUTIVE_SKIPS;
+    ///
+    /// assert_eq!(LossScaler::noop().max_consecutive_skips(), DEFAULT_MAX_CONSECUTIVE_SKIPS);
+    /// ```
+    pub fn max_consecutive_skips(&self) -> u64 {
+        self.max_consecutive_skips
     }
 
     /// A dynamic scaler; the configuration is validated.
@@ -158,7 +226,8 @@ impl LossScaler {
     /// assert!(LossScaler::noop().with_clip_norm(f32::NAN).is_err());
     /// ```
     pub fn with_clip_norm(self, max_norm: f32) -> Result<Self, LossScaleError> {
-        self.state.with_clip_norm(max_norm).map(Self::new)
+        let state = self.state.with_clip_norm(max_norm)?;
+        Ok(Self { state, ..self })
     }
 
     /// The global-norm clipping in effect, if any.
@@ -287,6 +356,7 @@ impl LossScaler {
         let Checked {
             grads,
             finite,
+            zero,
             loss,
             grad_norm,
         } = check_grads(module, grads, self.scale(), self.clip(), loss)?;
@@ -299,6 +369,7 @@ impl LossScaler {
         Ok(CheckedGrads {
             grads,
             finite,
+            zero,
             scaled_loss: loss,
             grad_norm,
             overflow,
@@ -372,7 +443,7 @@ impl LossScaler {
         module: M,
         grads: GradientsParams,
     ) -> (M, Result<StepOutcome, StepError>) {
-        self.step_inner::<M, 1>(optim, lr.into(), module, grads, None)
+        self.step_inner::<M, 1>(optim, lr.into(), module, grads, None, None)
     }
 
     /// [`step`](Self::step), also reporting the loss: `scaled_loss` is the tensor backward
@@ -410,7 +481,7 @@ impl LossScaler {
         grads: GradientsParams,
         scaled_loss: Tensor<D>,
     ) -> (M, Result<StepOutcome, StepError>) {
-        self.step_inner(optim, lr.into(), module, grads, Some(scaled_loss))
+        self.step_inner(optim, lr.into(), module, grads, Some(scaled_loss), None)
     }
 
     /// [`step`](Self::step) for gradients held on several devices, as burn-train's
@@ -449,7 +520,63 @@ impl LossScaler {
         grads: MultiGradientsParams,
     ) -> (M, Result<StepOutcome, StepError>) {
         let grads = sum_shards(&module, grads);
-        self.step_inner::<M, 1>(optim, lr.into(), module, grads, None)
+        self.step_inner::<M, 1>(optim, lr.into(), module, grads, None, None)
+    }
+
+    /// One step that runs `loss` itself, so that a step whose gradients are not finite, or
+    /// all zero, can be told apart: the same batch runs once more at a scale 2^8 lower (2^8
+    /// higher for zero gradients), on those steps only, and the outcome's
+    /// [`cause`](StepOutcome::cause) says whether the problem moves with the scale
+    /// ([`SkipCause::Range`]), whether the loss itself is not finite
+    /// ([`SkipCause::LossNotFinite`]), or neither: "not a range problem"
+    /// ([`SkipCause::ScaleInvariant`], a kernel that computes wrongly at this dtype). Applied
+    /// steps with non-zero gradients cost what [`step_with_loss`](Self::step_with_loss)
+    /// costs. `loss` must compute the same batch each time it is called.
+    ///
+    /// # Errors
+    ///
+    /// As [`step`](Self::step).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::nn::LinearConfig;
+    /// use burn::optim::SgdConfig;
+    /// use burn::tensor::{Device, Tensor};
+    /// use burn_mpric_022::LossScaler;
+    /// use burn_mpric_core::scale::SkipCause;
+    ///
+    /// let device = Device::flex().autodiff();
+    /// let model = LinearConfig::new(1, 1).with_bias(false).init(&device);
+    /// let x = Tensor::<2>::from_floats([[1.0]], &device);
+    /// // sqrt's gradient at 0 is infinite whatever the scale: a planted kernel bug.
+    /// let broken = |m: &burn::nn::Linear| m.forward(x.clone()).mul_scalar(0.0).sqrt().sum();
+    /// let mut scaler = LossScaler::default();
+    /// let (_, outcome) = scaler.step_with(&mut SgdConfig::new().init(), 0.1, model, broken);
+    /// let outcome = outcome.unwrap();
+    /// assert!(outcome.is_skipped());
+    /// assert!(matches!(outcome.cause, Some(SkipCause::ScaleInvariant { .. })));
+    /// ```
+    pub fn step_with<M: Module>(
+        &mut self,
+        optim: &mut ModuleOptimizer,
+        lr: impl Into<ModuleLearningRate>,
+        module: M,
+        mut loss: impl FnMut(&M) -> Tensor<1>,
+    ) -> (M, Result<StepOutcome, StepError>) {
+        let scaled = self.scale_loss(loss(&module));
+        let grads = GradientsParams::from_grads(scaled.backward(), &module);
+        let mut probe = |module: &M, read: ProbeRead, scale: f32, params: Vec<String>| {
+            self_probe(module, read, scale, params, &mut loss)
+        };
+        self.step_inner(
+            optim,
+            lr.into(),
+            module,
+            grads,
+            Some(scaled),
+            Some(&mut probe),
+        )
     }
 
     fn step_inner<M: Module, const D: usize>(
@@ -459,18 +586,49 @@ impl LossScaler {
         module: M,
         grads: GradientsParams,
         scaled_loss: Option<Tensor<D>>,
+        probe: Option<&mut Probe<'_, M>>,
     ) -> (M, Result<StepOutcome, StepError>) {
         let checked = match self.check(&module, grads, scaled_loss) {
             Ok(checked) => checked,
             Err(err) => return (module, Err(err)),
         };
-        let finite = checked.finite;
-        let outcome = self.finish(&checked);
-        let module = if finite {
-            optim.step(lr, module, checked.grads)
-        } else {
-            module
+        let read = ProbeRead {
+            loss_finite: checked.scaled_loss.is_none_or(f32::is_finite),
+            grads_finite: checked.finite,
+            grads_zero: checked.zero,
         };
+        let cause = match probe {
+            Some(probe) if read.needs_probe(checked.scaled_loss) => {
+                let params = checked
+                    .overflow
+                    .as_ref()
+                    .map(|o| o.params.clone())
+                    .unwrap_or_default();
+                match probe(&module, read, self.scale(), params) {
+                    Ok(cause) => Some(cause),
+                    Err(err) => return (module, Err(err)),
+                }
+            }
+            _ => None,
+        };
+        let finite = checked.finite;
+        let mut outcome = self.finish(&checked);
+        if let Some(cause) = cause {
+            outcome = outcome.with_cause(cause);
+        }
+        if finite {
+            return (optim.step(lr, module, checked.grads), Ok(outcome));
+        }
+        let max = self.max_consecutive_skips;
+        if max > 0 && outcome.stats.consecutive_skipped >= max {
+            return (
+                module,
+                Err(StepError::Stalled {
+                    max,
+                    outcome: Box::new(outcome),
+                }),
+            );
+        }
         (module, Ok(outcome))
     }
 
@@ -546,6 +704,8 @@ pub struct CheckedGrads {
     /// Whether every gradient was finite (and, with clipping on, the global norm finite and
     /// representable in f32).
     pub finite: bool,
+    /// Whether every gradient was exactly zero (a module with no gradient counts as not).
+    pub zero: bool,
     /// The mean of the scaled loss at f32, when one was given (still scaled:
     /// [`LossScaler::finish`] divides it by the scale that was used).
     pub scaled_loss: Option<f32>,
@@ -591,6 +751,7 @@ fn check_grads<M: Module>(
     Ok(Checked {
         grads,
         finite,
+        zero: read.zero,
         loss: read.loss,
         grad_norm,
     })
@@ -616,4 +777,34 @@ fn sum_shards<M: Module>(module: &M, grads: MultiGradientsParams) -> GradientsPa
     };
     module.visit(&mut summer);
     summer.out
+}
+
+/// A step's probe: re-runs the batch at the probe scale and judges the cause.
+type Probe<'a, M> = dyn FnMut(&M, ProbeRead, f32, Vec<String>) -> Result<SkipCause, StepError> + 'a;
+
+/// Runs `loss` once more at the probe scale for `read` (made at `scale`), unscales and checks
+/// its gradients without clipping, and judges the cause.
+fn self_probe<M: Module>(
+    module: &M,
+    read: ProbeRead,
+    scale: f32,
+    params: Vec<String>,
+    loss: &mut impl FnMut(&M) -> Tensor<1>,
+) -> Result<SkipCause, StepError> {
+    let probe_scale = read.probe_scale(scale);
+    let value = loss(module);
+    let value = match crate::dtype::plain_float(value.dtype()) {
+        Some(FloatDType::F16 | FloatDType::BF16) => value.cast(FloatDType::F32),
+        _ => value,
+    };
+    let scaled = value.mul_scalar(probe_scale);
+    let grads = GradientsParams::from_grads(scaled.backward(), module);
+    let mean = scaled.without_autodiff().cast(FloatDType::F32).mean();
+    let checked = check_grads(module, grads, probe_scale, None, Some(mean))?;
+    let probed = ProbeRead {
+        loss_finite: checked.loss.is_none_or(f32::is_finite),
+        grads_finite: checked.finite,
+        grads_zero: checked.zero,
+    };
+    Ok(SkipCause::judge(read, probed, scale, probe_scale, params))
 }

@@ -315,7 +315,7 @@ fn full_precision_paths_and_errors() {
     let model = Mlp::new(4, 8, 2, &device);
 
     let plan = Autocast::new(policy)
-        .keep_full_precision("output")
+        .keep_full_precision_cast_by_caller("output")
         .plan(&model)
         .unwrap();
     let kept: Vec<_> = plan
@@ -324,6 +324,16 @@ fn full_precision_paths_and_errors() {
         .map(|p| p.path.as_str())
         .collect();
     assert_eq!(kept, ["output.weight", "output.bias"]);
+    // Mlp's forward feeds `output` the compute dtype: keeping it unchecked would end in a
+    // Burn assertion at the first forward.
+    let err = Autocast::new(policy)
+        .keep_full_precision("output")
+        .apply(model.clone())
+        .unwrap_err();
+    assert!(
+        matches!(err, AutocastError::KeptPathFedHalf { ref field, .. } if field == "output"),
+        "{err}"
+    );
     // `out` is not a path prefix of `output.weight` (prefixes match whole path segments).
     let err = Autocast::new(policy)
         .keep_full_precision("out")
@@ -425,4 +435,81 @@ fn pure_half_policy_stores_parameters_at_half() {
             "adam={adam}: {stored:?}"
         );
     }
+}
+
+/// Keeping one layer inside burn-nn's `TransformerEncoder` at f32 is refused at `apply` with
+/// the field to wrap instead, and the printed fix (the encoder in `FullPrecision`) trains at
+/// f16 without a dtype mismatch.
+#[test]
+fn a_kept_layer_inside_a_library_module_is_a_clear_error() {
+    let device = flex().autodiff();
+    let policy = policy("mixed_f16");
+    let model = TinyTransformer::new(8, 6, 16, 2, &device);
+    let err = Autocast::new(policy)
+        .keep_full_precision("encoder.layers.1.pwff")
+        .apply(model.clone())
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, AutocastError::KeptPathFedHalf { ref field, ref path, .. }
+            if field == "encoder" && path == "encoder.layers.1.pwff"),
+        "{text}"
+    );
+    assert!(text.contains("encoder: FullPrecision<"), "{text}");
+    // A LayerNorm path under f16 compute is fine: burn-nn widens it itself.
+    assert!(
+        Autocast::new(policy)
+            .keep_full_precision("encoder.layers.1.norm_2")
+            .apply(model.clone())
+            .is_ok()
+    );
+    // Under f32 compute nothing is fed half.
+    assert!(
+        Autocast::new(ResolvedPolicy::F32)
+            .keep_full_precision("encoder.layers.1.pwff")
+            .apply(model)
+            .is_ok()
+    );
+
+    #[derive(Module, Debug)]
+    struct Wrapped {
+        tokens: burn::nn::Embedding,
+        encoder: FullPrecision<burn::nn::transformer::TransformerEncoder>,
+        head: Linear,
+    }
+    let bare = TinyTransformer::new(8, 6, 16, 2, &device);
+    let wrapped = Wrapped {
+        tokens: bare.tokens,
+        encoder: FullPrecision::new(bare.encoder),
+        head: bare.head,
+    };
+    let mut wrapped = Autocast::new(policy).apply(wrapped).unwrap();
+    let mut optim = AdamConfig::new().init();
+    let mut scaler = LossScaler::for_policy(LossScalePreset::Auto, &policy).unwrap();
+    let (tokens, targets) = reversal_batch(3, 4, 6, 8, &device);
+    for _ in 0..3 {
+        let (next, outcome) = scaler.step_with(&mut optim, 1e-3, wrapped, |m: &Wrapped| {
+            let x = m.tokens.forward(tokens.clone());
+            assert_eq!(x.dtype(), DType::F16);
+            let x = m.encoder.forward_with(x, |e, x| {
+                e.forward(burn::nn::transformer::TransformerEncoderInput::new(x))
+            });
+            let logits = m.head.forward(x).cast(burn::tensor::FloatDType::F32);
+            let [b, s, v] = logits.dims();
+            burn::nn::loss::CrossEntropyLossConfig::new()
+                .init(&logits.device())
+                .forward(logits.reshape([b * s, v]), targets.clone().reshape([b * s]))
+        });
+        wrapped = next;
+        assert!(outcome.unwrap().loss.unwrap().is_finite());
+    }
+    assert_eq!(
+        wrapped.encoder.inner.layers[1]
+            .pwff
+            .linear_inner
+            .weight
+            .val()
+            .dtype(),
+        DType::F32
+    );
 }

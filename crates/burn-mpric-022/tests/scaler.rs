@@ -391,3 +391,165 @@ fn a_skipped_step_names_exactly_the_planted_layer() {
     assert!(outcome.is_applied(), "{outcome:?}");
     assert_eq!(outcome.overflow, None);
 }
+
+/// A linear layer and a planted fault after it, at f16 compute.
+#[derive(Module, Debug)]
+struct Faulty {
+    body: burn::nn::Linear,
+    head: burn::nn::Linear,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    /// sqrt at 0 after a multiply by 0: a finite forward whose backward is NaN whatever the
+    /// loss scale (a broken kernel).
+    NanBackward,
+    /// Gradients of 4 * S at f16: inf at 2^15, finite at 2^7 (a real overflow).
+    GradientOverflow,
+    /// An activation of about 1e6 in the forward pass: over f16's range whatever the scale.
+    ForwardOverflow,
+    /// A loss of 1 whose gradients are exactly zero (a kernel returning zeros).
+    ZeroGradients,
+}
+
+fn faulty(device: &Device) -> Faulty {
+    let linear = |value: f32| {
+        let mut l = burn::nn::LinearConfig::new(1, 1).init(device);
+        l.weight = Param::from_tensor(Tensor::from_floats([[value]], device).require_grad());
+        l.bias = None;
+        l
+    };
+    Faulty {
+        body: linear(1.0),
+        head: linear(1.0),
+    }
+}
+
+fn faulty_loss(model: &Faulty, fault: Fault, policy: &ResolvedPolicy) -> Tensor<1> {
+    let device = model.body.weight.device();
+    let x = Tensor::<2>::from_floats([[1.0]], &device);
+    let x = burn_mpric_022::cast_for_compute(x, policy);
+    let h = model.body.forward(x);
+    let h = match fault {
+        Fault::NanBackward => h.clone() + h.abs().mul_scalar(0.0).sqrt(),
+        Fault::GradientOverflow => h.mul_scalar(4.0),
+        Fault::ForwardOverflow => h.mul_scalar(1e6),
+        Fault::ZeroGradients => h.mul_scalar(0.0),
+    };
+    let y = model.head.forward(h);
+    let loss = burn_mpric_022::cast_for_output(y, policy).sum();
+    match fault {
+        Fault::ZeroGradients => loss.add_scalar(1.0),
+        _ => loss,
+    }
+}
+
+/// Each planted fault gets its own cause from `step_with`'s probe at a scale 2^8 away, and
+/// a healthy step is not probed.
+#[test]
+fn the_probe_tells_a_kernel_bug_from_an_overflow() {
+    use burn_mpric_core::scale::SkipCause;
+    let device = flex().autodiff();
+    let policy: ResolvedPolicy = "mixed_f16".parse().unwrap();
+    let run = |fault: Fault| {
+        let model = autocast(faulty(&device), policy).unwrap();
+        let mut scaler = LossScaler::for_policy(LossScalePreset::Auto, &policy).unwrap();
+        let mut optim = SgdConfig::new().init();
+        let (_, outcome) = scaler.step_with(&mut optim, 1e-3, model, |m: &Faulty| {
+            faulty_loss(m, fault, &policy)
+        });
+        outcome.unwrap()
+    };
+
+    let nan = run(Fault::NanBackward);
+    assert!(nan.is_skipped());
+    match nan.cause.as_ref().unwrap() {
+        SkipCause::ScaleInvariant {
+            zero: false,
+            params,
+            probe_scale,
+            ..
+        } => {
+            assert_eq!(*probe_scale, 128.0);
+            assert_eq!(params, &["body.weight"]);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        nan.cause
+            .unwrap()
+            .to_string()
+            .starts_with("not a range problem")
+    );
+
+    let overflow = run(Fault::GradientOverflow);
+    assert!(overflow.is_skipped());
+    assert!(
+        matches!(overflow.cause, Some(SkipCause::Range { zero: false, .. })),
+        "{overflow:?}"
+    );
+
+    let forward = run(Fault::ForwardOverflow);
+    assert!(forward.is_skipped());
+    assert!(
+        matches!(forward.cause, Some(SkipCause::LossNotFinite { .. })),
+        "{forward:?}"
+    );
+
+    let zero = run(Fault::ZeroGradients);
+    assert!(zero.is_applied(), "zero gradients are finite");
+    assert!(
+        matches!(
+            zero.cause,
+            Some(SkipCause::ScaleInvariant { zero: true, .. })
+        ),
+        "{zero:?}"
+    );
+
+    // The same model without a fault: applied, not probed.
+    let model = autocast(faulty(&device), policy).unwrap();
+    let mut scaler = LossScaler::for_policy(LossScalePreset::Auto, &policy).unwrap();
+    let mut calls = 0;
+    let (_, healthy) = scaler.step_with(&mut SgdConfig::new().init(), 1e-3, model, |m: &Faulty| {
+        calls += 1;
+        let x =
+            burn_mpric_022::cast_for_compute(Tensor::<2>::from_floats([[1.0]], &device), &policy);
+        burn_mpric_022::cast_for_output(m.head.forward(m.body.forward(x)), &policy).sum()
+    });
+    let healthy = healthy.unwrap();
+    assert!(healthy.is_applied() && healthy.cause.is_none());
+    assert_eq!(calls, 1, "an applied step runs the loss once");
+}
+
+/// A run whose every step skips stops at the limit with the cause in the error, and the
+/// model is the one before the first skipped step.
+#[test]
+fn a_run_that_skips_every_step_stops() {
+    let device = flex().autodiff();
+    let policy: ResolvedPolicy = "mixed_f16".parse().unwrap();
+    let mut model = autocast(faulty(&device), policy).unwrap();
+    let before = param_bits(&model);
+    let mut scaler = LossScaler::for_policy(LossScalePreset::Auto, &policy)
+        .unwrap()
+        .with_max_consecutive_skips(3);
+    let mut optim = SgdConfig::new().init();
+    let mut results = Vec::new();
+    for _ in 0..3 {
+        let (next, outcome) = scaler.step_with(&mut optim, 1e-3, model, |m: &Faulty| {
+            faulty_loss(m, Fault::NanBackward, &policy)
+        });
+        model = next;
+        results.push(outcome);
+    }
+    assert!(
+        results[..2]
+            .iter()
+            .all(|r| r.as_ref().unwrap().is_skipped())
+    );
+    let err = results.pop().unwrap().unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, StepError::Stalled { max: 3, .. }), "{text}");
+    assert!(text.starts_with("3 steps in a row were skipped"), "{text}");
+    assert!(text.contains("not a range problem"), "{text}");
+    assert_eq!(param_bits(&model), before);
+}

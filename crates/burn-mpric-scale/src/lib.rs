@@ -115,8 +115,9 @@ pub use unscale::{UnscaledGrads, cast_grads_to_param_dtype, unscale_grads};
 
 // The rules without tensors live once, in burn-mpric-core, for both editions.
 pub use burn_mpric_core::scale::{
-    DynamicLossScale, LossScale, LossScaleConfig, LossScaleError, LossScaleKind, LossScalePreset,
-    MAX_STATE_FILE_BYTES, MIN_SCALE, NoOpLossScale, OVERFLOW_NAMES_SHOWN, Overflow,
-    RECORD_FORMAT_VERSION, ScaleRecord, ScalerRecord, ScalerState, ScalerStats, StateError,
-    StaticLossScale, StepAction, StepOutcome, StepSlot, UpdateRule, inverse_scale, unscale_dtype,
+    DEFAULT_MAX_CONSECUTIVE_SKIPS, DynamicLossScale, LossScale, LossScaleConfig, LossScaleError,
+    LossScaleKind, LossScalePreset, MAX_STATE_FILE_BYTES, MIN_SCALE, NoOpLossScale,
+    OVERFLOW_NAMES_SHOWN, Overflow, PROBE_SHIFT, ProbeRead, RECORD_FORMAT_VERSION, ScaleRecord,
+    ScalerRecord, ScalerState, ScalerStats, SkipCause, StateError, StaticLossScale, StepAction,
+    StepOutcome, StepSlot, UpdateRule, inverse_scale, unscale_dtype,
 };

@@ -14,3 +14,16 @@
 /// assert!((1.0 / MIN_SCALE).is_finite());
 /// ```
 pub const MIN_SCALE: f32 = f32::MIN_POSITIVE;
+
+/// Skipped steps in a row after which a loss-scaled run stops, by default (optax's
+/// `max_consecutive_errors`): a dynamic scale reaches its floor from 2^16 in 16 skips, so 50
+/// in a row means that no scale helps.
+///
+/// # Example
+///
+/// ```
+/// use burn_mpric_core::scale::DEFAULT_MAX_CONSECUTIVE_SKIPS;
+///
+/// assert!(DEFAULT_MAX_CONSECUTIVE_SKIPS > 16);
+/// ```
+pub const DEFAULT_MAX_CONSECUTIVE_SKIPS: u64 = 50;

@@ -20,6 +20,7 @@
 //! assert_eq!(scaler.scale(), 32768.0);
 //! ```
 
+mod cause;
 mod clip;
 mod config;
 mod dynamic;
@@ -36,11 +37,12 @@ mod static_scale;
 mod step_record;
 mod unscale;
 
+pub use cause::{PROBE_SHIFT, ProbeRead, SkipCause};
 pub use clip::ClipNorm;
 pub use config::{LossScaleConfig, UpdateRule};
 pub use dynamic::DynamicLossScale;
 pub use invalid::LossScaleError;
-pub use limits::MIN_SCALE;
+pub use limits::{DEFAULT_MAX_CONSECUTIVE_SKIPS, MIN_SCALE};
 pub use loss_scale::LossScale;
 pub use noop::NoOpLossScale;
 pub use outcome::{ScalerStats, StepAction, StepOutcome};

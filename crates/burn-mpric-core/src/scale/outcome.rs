@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::scale::Overflow;
+use crate::scale::{Overflow, SkipCause};
 
 /// Whether the optimizer step ran.
 ///
@@ -120,6 +120,10 @@ pub struct StepOutcome {
     /// looked for them (burn-mpric-scale's steps do, with one more read on skipped steps
     /// only); `None` on applied steps.
     pub overflow: Option<Overflow>,
+    /// On a step whose gradients were not finite or all zero, whether the problem moves with
+    /// the loss scale, where the step re-ran the batch at a probe scale to find out
+    /// ([`SkipCause`]); `None` otherwise.
+    pub cause: Option<SkipCause>,
 }
 
 impl StepOutcome {
@@ -133,6 +137,20 @@ impl StepOutcome {
     /// ```
     pub fn with_overflow(mut self, overflow: Overflow) -> Self {
         self.overflow = Some(overflow);
+        self
+    }
+
+    /// The same outcome with the probe's finding.
+    ///
+    /// ```
+    /// use burn_mpric_core::scale::{ScalerState, SkipCause};
+    ///
+    /// let cause = SkipCause::LossNotFinite { scale: 2.0, probe_scale: 2.0 / 256.0 };
+    /// let outcome = ScalerState::noop().update(false).with_cause(cause.clone());
+    /// assert_eq!(outcome.cause, Some(cause));
+    /// ```
+    pub fn with_cause(mut self, cause: SkipCause) -> Self {
+        self.cause = Some(cause);
         self
     }
 

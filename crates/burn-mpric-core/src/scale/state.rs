@@ -223,6 +223,7 @@ impl ScalerState {
             grad_norm: None,
             stats: self.stats,
             overflow: None,
+            cause: None,
         }
     }
 

@@ -143,7 +143,7 @@ pub struct Recipe {
 ///
 /// assert_eq!(Recipe::example().max_consecutive_skips(), DEFAULT_MAX_CONSECUTIVE_SKIPS);
 /// ```
-pub const DEFAULT_MAX_CONSECUTIVE_SKIPS: u64 = 50;
+pub use burn_mpric::scale::DEFAULT_MAX_CONSECUTIVE_SKIPS;
 
 /// The largest learning rate a recipe accepts. Learning rates in practice lie below 1; a
 /// larger one turns the parameters into infinities within a step or two.
