@@ -52,6 +52,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod audit;
 pub mod autocast;
 mod cast;
 mod check;

@@ -806,5 +806,12 @@ fn self_probe<M: Module>(
         grads_finite: checked.finite,
         grads_zero: checked.zero,
     };
+    // Name the parameters that stayed non-finite at both scales (one more read, here only).
+    let params = if checked.finite {
+        params
+    } else {
+        let still = crate::overflow::find_overflow(module, &checked.grads)?.params;
+        params.into_iter().filter(|p| still.contains(p)).collect()
+    };
     Ok(SkipCause::judge(read, probed, scale, probe_scale, params))
 }

@@ -13,7 +13,7 @@ mod verdict;
 pub use magnitudes::{
     BF16_MAX, BF16_MIN_NORMAL_EXP, F16_MAX, F16_MIN_NORMAL_EXP, F16_MIN_SUBNORMAL_EXP, Magnitudes,
 };
-pub use verdict::{FLUSH_LIMIT, MAX_SCALE_EXP, MIN_SCALE_EXP, Verdict, verdicts};
+pub use verdict::{FLUSH_LIMIT, MAX_SCALE_EXP, MIN_SCALE_EXP, Verdict, param_verdicts, verdicts};
 
 use std::fmt;
 

@@ -6,7 +6,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use super::magnitudes::{F16_MAX, F16_MIN_SUBNORMAL_EXP};
-use super::{OpStats, ParamStats, Phase, low_gradients};
+use super::{Magnitudes, OpStats, ParamStats, Phase, low_gradients};
 use crate::Op;
 
 /// The largest share of the gradient values (those computed at the compute dtype) that may
@@ -45,6 +45,16 @@ pub enum Verdict {
         /// The op table's name of the op.
         op: String,
         /// Its largest output.
+        largest: f32,
+    },
+    /// A forward value the audit could see (the Burn 0.22 edition: the loss, a
+    /// `FullPrecision` module's output, a value the user observed) exceeds f16's range where
+    /// the policy computes it at the compute dtype: keep the module that produces it at full
+    /// precision, or use bf16.
+    ForwardOverflow {
+        /// The value's name (`model output`, `FullPrecision<Linear> output`).
+        value: String,
+        /// Its largest magnitude.
         largest: f32,
     },
     /// f16 holds the gradients at this initial scale (after the overrides above, if any).
@@ -91,7 +101,7 @@ impl Verdict {
     /// ```
     pub fn settings_lines(&self) -> Vec<String> {
         match self {
-            Verdict::NotFinite { .. } => Vec::new(),
+            Verdict::NotFinite { .. } | Verdict::ForwardOverflow { .. } => Vec::new(),
             Verdict::KeepFullPrecision { op, .. } => vec![format!(
                 "settings.with_category(Op::{}, OpCategory::FullPrecision)",
                 op_variant(op)
@@ -135,6 +145,10 @@ impl fmt::Display for Verdict {
             Verdict::KeepFullPrecision { op, largest } => write!(
                 f,
                 "op `{op}` overflows at f16 (largest output {largest:.3e}, f16 ends at 65504): keep it at full precision"
+            ),
+            Verdict::ForwardOverflow { value, largest } => write!(
+                f,
+                "{value} reaches {largest:.3e} at the measured precision, over f16's 65504: at f16 it overflows in the forward pass, which no loss scale changes; keep the module that produces it at full precision, or use bf16"
             ),
             Verdict::F16Safe {
                 initial_scale,
@@ -212,7 +226,45 @@ impl fmt::Display for Verdict {
 /// assert!(matches!(found[1], Verdict::Bf16Safe { .. }));
 /// ```
 pub fn verdicts(ops: &[OpStats], params: &[ParamStats]) -> Vec<Verdict> {
-    if ops.is_empty() {
+    decide(ops, params, low_gradients(ops), false)
+}
+
+/// The verdicts of an audit that sees parameters' gradients and a few named forward values,
+/// not ops (the Burn 0.22 edition): the same rules as [`verdicts`], with the parameters'
+/// gradients (merged) as the gradient values a loss scale shifts, and each low forward value
+/// over f16's range as a [`Verdict::ForwardOverflow`].
+///
+/// ```
+/// use burn_mpric_core::audit::{Magnitudes, OpStats, ParamStats, Phase, Verdict, param_verdicts};
+///
+/// let mut output = Magnitudes::default();
+/// output.add(&[1e5]);
+/// let forward = [OpStats { method: "model output".into(), op: None, phase: Phase::Forward,
+///     dtype: "f16".into(), low: true, calls: 1, values: output }];
+/// let mut grad = Magnitudes::default();
+/// grad.add(&[1e-3]);
+/// let params = [ParamStats { path: "head.weight".into(), grad }];
+/// let found = param_verdicts(&forward, &params);
+/// assert!(matches!(found[0], Verdict::ForwardOverflow { .. }));
+/// assert!(matches!(found[1], Verdict::F16Safe { initial_scale, .. } if initial_scale == 2f32.powi(24)));
+/// ```
+pub fn param_verdicts(forward: &[OpStats], params: &[ParamStats]) -> Vec<Verdict> {
+    let mut grads = Magnitudes::default();
+    for row in params {
+        grads.merge(&row.grad);
+    }
+    decide(forward, params, grads, true)
+}
+
+/// The rules of [`verdicts`] over `grads`, the gradient values a loss scale shifts; with
+/// `named_values`, low forward rows without an op are values to keep in range too.
+fn decide(
+    ops: &[OpStats],
+    params: &[ParamStats],
+    grads: Magnitudes,
+    named_values: bool,
+) -> Vec<Verdict> {
+    if ops.is_empty() && params.is_empty() {
         return Vec::new();
     }
     if let Some(row) = ops.iter().find(|r| r.values.non_finite > 0) {
@@ -233,7 +285,15 @@ pub fn verdicts(ops: &[OpStats], params: &[ParamStats]) -> Vec<Verdict> {
         .iter()
         .filter(|r| r.low && r.phase == Phase::Forward && r.overflows_f16())
     {
-        let Some(op) = &row.op else { continue };
+        let Some(op) = &row.op else {
+            if named_values {
+                found.push(Verdict::ForwardOverflow {
+                    value: row.method.clone(),
+                    largest: row.values.max_abs,
+                });
+            }
+            continue;
+        };
         match found.iter_mut().find_map(|v| match v {
             Verdict::KeepFullPrecision { op: o, largest } if o == op => Some(largest),
             _ => None,
@@ -249,10 +309,11 @@ pub fn verdicts(ops: &[OpStats], params: &[ParamStats]) -> Vec<Verdict> {
         }
     }
 
-    let grads = low_gradients(ops);
     let largest_exp = ops
         .iter()
-        .filter_map(|r| r.values.exponent_range())
+        .map(|r| &r.values)
+        .chain(params.iter().filter(|_| named_values).map(|r| &r.grad))
+        .filter_map(|v| v.exponent_range())
         .map(|(_, hi)| hi)
         .max()
         .unwrap_or(0);

@@ -28,7 +28,7 @@ use crate::recipe::loss_scale::{LossScalePreset, LossScaleSpec};
 pub fn set_lines(recipe: &Recipe, policy: ResolvedPolicy, verdict: &Verdict) -> Vec<String> {
     let (_, compute, _) = policy.dtypes();
     match verdict {
-        Verdict::NotFinite { .. } => Vec::new(),
+        Verdict::NotFinite { .. } | Verdict::ForwardOverflow { .. } => Vec::new(),
         Verdict::KeepFullPrecision { op, .. } => vec![format!("ops.{op}=full")],
         Verdict::F16Safe {
             initial_scale,

@@ -1,0 +1,698 @@
+//! The precision audit for Burn 0.22 models: where f16 breaks, and a remedy that was tried.
+//!
+//! [`audit`] runs a few training steps of your model, optimizer and loss at bf16 (f32's range,
+//! so values an f16 run would lose are seen as they are) and measures:
+//!
+//! - every parameter's gradient, by module path: magnitudes, headroom to f16 and bf16, the
+//!   share that would flush to zero at f16 at a candidate scale;
+//! - the loss, and every forward value your loss closure hands to [`observe`] (the model's
+//!   output, say).
+//!
+//! The verdicts are the 0.21 audit's (burn-mpric-core's [`param_verdicts`]): not finite,
+//! f16 safe at 2^k, use bf16, bf16 safe, plus a forward value over f16's range. Then it
+//! *tries* the audited policy for a few steps with a dynamic loss scale from the proposed
+//! initial scale ([`LossScaler::step_with`], so each skipped step's cause is known), and when
+//! f16 fails there, it locates the hot spot (the forward values over f16, the parameters whose
+//! gradients overflow first, the fields of your module that hold them) and tries each remedy
+//! it can apply itself (bf16 for the model; a lower initial scale), reporting whether it
+//! trained without skips after the first [`GRACE_STEPS`].
+//!
+//! # What it cannot see
+//!
+//! Burn 0.22 has no backend to decorate and no forward hooks, so activations inside a module
+//! are invisible: an f16 overflow inside burn-nn's `TransformerEncoder` shows as a loss that
+//! is not finite in the trial, located to the field that holds it only when its gradients or
+//! an observed value say so. Wrapping a field in [`FullPrecision`](crate::FullPrecision)
+//! changes your model's type, so that remedy is printed with its code but not run: audit the
+//! wrapped model again to check it.
+//!
+//! # Example
+//!
+//! ```
+//! use burn::nn::{Linear, LinearConfig};
+//! use burn::optim::AdamConfig;
+//! use burn::tensor::{Device, Tensor};
+//! use burn_mpric_022::audit::{AuditConfig, audit};
+//! use burn_mpric_022::{cast_for_compute, cast_for_output};
+//!
+//! let device = Device::flex().autodiff();
+//! let model: Linear = LinearConfig::new(4, 2).init(&device);
+//! let x = Tensor::<2>::ones([8, 4], &device);
+//! let found = audit(
+//!     model,
+//!     || AdamConfig::new().init(),
+//!     "mixed_f16".parse().unwrap(),
+//!     AuditConfig::new(2),
+//!     |m: &Linear, policy, _step| cast_for_output(m.forward(cast_for_compute(x.clone(), policy)), policy).powi_scalar(2).mean(),
+//! )
+//! .unwrap();
+//! assert!(found.f16_trains(), "{found}");
+//! assert!(found.remedies.is_empty(), "a model that is fine gets no remedy");
+//! ```
+
+mod measure;
+
+pub use measure::observe;
+
+use std::fmt;
+
+use burn::module::Module;
+use burn::optim::{GradientsParams, ModuleOptimizer};
+use burn::tensor::Tensor;
+use burn_mpric_core::audit::{AuditReport, F16_MAX, OpStats, ParamStats, Phase, Verdict};
+pub use burn_mpric_core::audit::{Magnitudes, param_verdicts};
+use burn_mpric_core::scale::{LossScaleConfig, Overflow, SkipCause};
+use burn_mpric_core::{FloatDType, ResolvedPolicy};
+
+use crate::autocast::{Autocast, AutocastError};
+use crate::dtype::supported_float_dtypes;
+use crate::error::StepError;
+use crate::scaler::LossScaler;
+
+/// Steps at the start of a trial whose skips do not count against it: a dynamic scale may
+/// back off once or twice before it fits.
+pub const GRACE_STEPS: usize = 2;
+
+/// How an [`audit`] runs.
+///
+/// # Example
+///
+/// ```
+/// use burn_mpric_022::audit::AuditConfig;
+///
+/// let config = AuditConfig::new(3).with_lr(0.01).with_trial_steps(6);
+/// assert_eq!((config.steps, config.lr, config.trial_steps), (3, 0.01, 6));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AuditConfig {
+    /// Steps measured at bf16 (at least 1).
+    pub steps: usize,
+    /// The learning rate of every step.
+    pub lr: f64,
+    /// Steps of each trial (the audited policy, each remedy): more than [`GRACE_STEPS`].
+    pub trial_steps: usize,
+}
+
+impl AuditConfig {
+    /// `steps` measured steps at a learning rate of 1e-3, trials of 8 steps.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// assert_eq!(burn_mpric_022::audit::AuditConfig::new(2).trial_steps, 8);
+    /// ```
+    pub fn new(steps: usize) -> Self {
+        Self {
+            steps,
+            lr: 1e-3,
+            trial_steps: 8,
+        }
+    }
+
+    /// Another learning rate.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// assert_eq!(burn_mpric_022::audit::AuditConfig::new(1).with_lr(0.1).lr, 0.1);
+    /// ```
+    #[must_use]
+    pub fn with_lr(self, lr: f64) -> Self {
+        Self { lr, ..self }
+    }
+
+    /// Another trial length.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// assert_eq!(burn_mpric_022::audit::AuditConfig::new(1).with_trial_steps(4).trial_steps, 4);
+    /// ```
+    #[must_use]
+    pub fn with_trial_steps(self, trial_steps: usize) -> Self {
+        Self {
+            trial_steps,
+            ..self
+        }
+    }
+}
+
+/// Why an audit could not run.
+///
+/// # Example
+///
+/// ```
+/// use burn_mpric_022::audit::AuditError;
+///
+/// assert!(AuditError::NoSteps.to_string().contains("at least one step"));
+/// ```
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    /// Zero measured steps were asked for.
+    #[error("an audit measures at least one step; 0 were asked for")]
+    NoSteps,
+    /// Trials too short to tell a backoff from a failure.
+    #[error(
+        "a trial runs more than {GRACE_STEPS} steps (the first {GRACE_STEPS} may skip while the scale fits); {0} were asked for"
+    )]
+    ShortTrial(usize),
+    /// The policy cannot be applied to the model (a device that cannot run it, ...).
+    #[error(transparent)]
+    Autocast(#[from] AutocastError),
+    /// A loss scale the audit would try is not valid.
+    #[error(transparent)]
+    Scale(#[from] burn_mpric_core::scale::LossScaleError),
+    /// A step failed (a read from the device, a gradient of the wrong shape).
+    #[error(transparent)]
+    Step(#[from] StepError),
+}
+
+/// What a few steps at one policy and initial scale did.
+///
+/// # Example
+///
+/// ```
+/// use burn_mpric_022::audit::Trial;
+///
+/// let trial = Trial { policy: "mixed_bf16".into(), initial_scale: 1.0, steps: 8, skipped: vec![0], overflow: None, cause: None };
+/// assert!(trial.trains(), "a skip within the grace steps");
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trial {
+    /// The policy, as text.
+    pub policy: String,
+    /// The loss scale it started at (1: no scaling).
+    pub initial_scale: f32,
+    /// Steps run.
+    pub steps: usize,
+    /// The steps that were skipped (from 0).
+    pub skipped: Vec<usize>,
+    /// The first skipped step's overflowing parameters.
+    pub overflow: Option<Overflow>,
+    /// The first skipped (or all-zero) step's cause, from the probe.
+    pub cause: Option<SkipCause>,
+}
+
+impl Trial {
+    /// Whether it trained without skips after the first [`GRACE_STEPS`], and no cause
+    /// other than a range one was found.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_022::audit::Trial;
+    ///
+    /// let trial = Trial { policy: "mixed_f16".into(), initial_scale: 65536.0, steps: 8, skipped: vec![5], overflow: None, cause: None };
+    /// assert!(!trial.trains());
+    /// ```
+    pub fn trains(&self) -> bool {
+        self.skipped.iter().all(|&s| s < GRACE_STEPS)
+            && self.cause.as_ref().is_none_or(SkipCause::is_range)
+    }
+}
+
+impl fmt::Display for Trial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} from a loss scale of {}: {} steps, ",
+            self.policy, self.initial_scale, self.steps
+        )?;
+        let late = self.skipped.iter().filter(|&&s| s >= GRACE_STEPS).count();
+        if self.skipped.is_empty() {
+            write!(f, "none skipped")?;
+        } else {
+            write!(
+                f,
+                "{} skipped ({late} after the first {GRACE_STEPS})",
+                self.skipped.len()
+            )?;
+        }
+        if let Some(cause) = &self.cause {
+            write!(f, "; {cause}")?;
+        } else if let Some(overflow) = &self.overflow {
+            write!(f, "; overflow in {overflow}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Where f16 breaks, as closely as the 0.22 edition can see.
+///
+/// # Example
+///
+/// ```
+/// use burn_mpric_022::audit::HotSpot;
+///
+/// let spot = HotSpot { forward: vec![], params: vec!["hot.weight".into()], fields: vec![("hot".into(), "Linear".into())], scale: 32768.0 };
+/// assert!(spot.to_string().contains("hot.weight"));
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct HotSpot {
+    /// Observed forward values over f16's range.
+    pub forward: Vec<String>,
+    /// The parameters whose gradients overflow f16 first at `scale`, largest first.
+    pub params: Vec<String>,
+    /// The top-level fields of the model that hold them, with their types.
+    pub fields: Vec<(String, String)>,
+    /// The loss scale the gradients were judged at.
+    pub scale: f32,
+}
+
+impl fmt::Display for HotSpot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        if !self.forward.is_empty() {
+            parts.push(format!(
+                "forward values over f16's range: {}",
+                self.forward.join(", ")
+            ));
+        }
+        if !self.params.is_empty() {
+            parts.push(format!(
+                "gradients that overflow f16 first at a loss scale of {}: {}",
+                self.scale,
+                Overflow::new(self.params.clone())
+            ));
+        }
+        if !self.fields.is_empty() {
+            let names: Vec<String> = self
+                .fields
+                .iter()
+                .map(|(field, ty)| format!("`{field}` ({ty})"))
+                .collect();
+            parts.push(format!("in the field(s) {}", names.join(", ")));
+        }
+        f.write_str(&parts.join("; "))
+    }
+}
+
+/// A remedy, with the Rust lines that apply it and what trying it did.
+///
+/// # Example
+///
+/// ```
+/// use burn_mpric_022::audit::Remedy;
+///
+/// let remedy = Remedy { what: "use bf16".into(), lines: vec!["let policy: ResolvedPolicy = \"mixed_bf16\".parse()?;".into()], tried: None };
+/// assert!(remedy.to_string().contains("not run"));
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Remedy {
+    /// What it does.
+    pub what: String,
+    /// The Rust lines that apply it.
+    pub lines: Vec<String>,
+    /// The trial that checked it; `None` for a remedy the audit cannot apply itself.
+    pub tried: Option<Trial>,
+}
+
+impl fmt::Display for Remedy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{}", self.what)?;
+        for line in &self.lines {
+            writeln!(f, "    {line}")?;
+        }
+        match &self.tried {
+            Some(trial) if trial.trains() => write!(f, "  checked: {trial}"),
+            Some(trial) => write!(f, "  tried, did not train: {trial}"),
+            None => write!(
+                f,
+                "  not run: it changes your model's type; audit the changed model to check it"
+            ),
+        }
+    }
+}
+
+/// What [`audit`] found.
+#[derive(Debug, Clone)]
+pub struct ModelAudit {
+    /// The measured steps and the verdicts (burn-mpric-core's report: `ops` holds the
+    /// forward values seen, `params` the gradients).
+    pub report: AuditReport,
+    /// The audited policy tried for a few steps.
+    pub trial: Trial,
+    /// Where f16 breaks, when the trial failed.
+    pub hot_spot: Option<HotSpot>,
+    /// The remedies, each tried where the audit can apply it; empty when the trial trained.
+    pub remedies: Vec<Remedy>,
+}
+
+impl ModelAudit {
+    /// Whether the audited policy trained without skips after the first few steps.
+    ///
+    /// See the [module docs](self) for an example.
+    pub fn f16_trains(&self) -> bool {
+        self.trial.trains()
+    }
+
+    /// The remedies whose trial trained.
+    ///
+    /// See the [module docs](self) for an example.
+    pub fn working_remedies(&self) -> impl Iterator<Item = &Remedy> {
+        self.remedies
+            .iter()
+            .filter(|r| r.tried.as_ref().is_some_and(Trial::trains))
+    }
+}
+
+impl fmt::Display for ModelAudit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let r = &self.report;
+        writeln!(
+            f,
+            "audit of {} (measured at {}, {} steps)",
+            r.audited, r.measured_at, r.steps
+        )?;
+        for verdict in &r.verdicts {
+            writeln!(f, "- {verdict}")?;
+        }
+        writeln!(f, "trial: {}", self.trial)?;
+        if let Some(spot) = &self.hot_spot {
+            writeln!(f, "hot spot: {spot}")?;
+        }
+        if self.remedies.is_empty() {
+            if self.trial.trains() {
+                writeln!(f, "no remedy needed")?;
+            }
+        } else {
+            if self.working_remedies().next().is_none() {
+                writeln!(f, "no remedy the audit could run trained without skips")?;
+            }
+            for remedy in &self.remedies {
+                writeln!(f, "remedy: {remedy}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Audits `policy` on `model` (bare, on an autodiff device): measures `config.steps` steps at
+/// bf16, tries the policy, and when it fails locates the hot spot and tries the remedies; see
+/// the [module docs](self). `loss(&model, &policy, step)` computes a step's loss under
+/// `policy` (cast the batch with [`cast_for_compute`](crate::cast_for_compute)); it must
+/// compute the same batch for the same step. `optimizer` makes a fresh optimizer for each run.
+///
+/// # Errors
+///
+/// [`AuditError`]: no steps, a trial of at most [`GRACE_STEPS`] steps, a policy the model's
+/// device cannot run (or a model the policy cannot be applied to), a failed read.
+///
+/// See the [module docs](self) for an example.
+pub fn audit<M: Module>(
+    model: M,
+    optimizer: impl Fn() -> ModuleOptimizer,
+    policy: ResolvedPolicy,
+    config: AuditConfig,
+    mut loss: impl FnMut(&M, &ResolvedPolicy, usize) -> Tensor<1>,
+) -> Result<ModelAudit, AuditError> {
+    if config.steps == 0 {
+        return Err(AuditError::NoSteps);
+    }
+    if config.trial_steps <= GRACE_STEPS {
+        return Err(AuditError::ShortTrial(config.trial_steps));
+    }
+    // The audited policy must run here (the same error a training run would meet).
+    Autocast::new(policy).apply(model.clone())?;
+    let measured = measured_policy(policy, &model);
+
+    let (forward, params) = measure(&model, &optimizer, measured, config, &mut loss)?;
+    // Parameters the audited policy keeps at full precision (FullPrecision fields, ...) get
+    // their gradients at the param dtype: no loss scale has to fit them into f16.
+    let low: Vec<String> = Autocast::new(policy)
+        .plan(&model)?
+        .into_iter()
+        .filter(|p| p.kept.is_none() && p.used != p.stored)
+        .map(|p| p.path)
+        .collect();
+    let scaled: Vec<ParamStats> = params
+        .iter()
+        .filter(|p| low.contains(&p.path))
+        .cloned()
+        .collect();
+    let verdicts = param_verdicts(&forward, &scaled);
+    let proposed = verdicts.iter().find_map(|v| match v {
+        Verdict::F16Safe { initial_scale, .. } | Verdict::UseBf16 { initial_scale, .. } => {
+            Some(*initial_scale)
+        }
+        _ => None,
+    });
+    let initial = if policy.computes_in_f16() {
+        proposed.unwrap_or(LossScaleConfig::new().initial_scale)
+    } else {
+        1.0
+    };
+    let report = AuditReport {
+        verdicts,
+        ..AuditReport::new(
+            config.steps,
+            policy.to_string(),
+            measured.to_string(),
+            initial,
+            forward,
+            params,
+        )
+    };
+    let trial = try_policy(&model, &optimizer, policy, initial, config, &mut loss)?;
+    if trial.trains() {
+        return Ok(ModelAudit {
+            report,
+            trial,
+            hot_spot: None,
+            remedies: Vec::new(),
+        });
+    }
+
+    let hot_spot = locate(&report, &scaled, &trial, &measure::fields(&model));
+    let mut remedies = Vec::new();
+    if let Some(spot) = &hot_spot {
+        for (field, ty) in &spot.fields {
+            remedies.push(Remedy {
+                what: format!("keep the field `{field}` at full precision"),
+                lines: vec![
+                    format!("{field}: FullPrecision<{ty}>,  // in your model's struct"),
+                    format!("self.{field}.forward_with(x, |m, x| m.forward(x))  // in its forward"),
+                ],
+                tried: None,
+            });
+        }
+    }
+    if policy.computes_in_f16() {
+        let range = trial.cause.as_ref().is_none_or(SkipCause::is_range);
+        if range && initial > 1.0 {
+            let lower = (initial / 2f32.powi(burn_mpric_core::scale::PROBE_SHIFT)).max(1.0);
+            let tried = try_policy(&model, &optimizer, policy, lower, config, &mut loss)?;
+            remedies.push(Remedy {
+                what: format!("start the loss scale at {lower}"),
+                lines: vec![format!(
+                    "LossScaler::dynamic(LossScaleConfig::new().with_initial_scale({lower:?}))?"
+                )],
+                tried: Some(tried),
+            });
+        }
+        let bf16 = ResolvedPolicy::new(policy.param(), FloatDType::BF16, policy.output());
+        if supported_float_dtypes(&first_device(&model)).contains(&FloatDType::BF16) {
+            let tried = try_policy(&model, &optimizer, bf16, 1.0, config, &mut loss)?;
+            remedies.push(Remedy {
+                what: "compute the model at bf16 (f32's range), without loss scaling".into(),
+                lines: vec![
+                    format!("let policy: ResolvedPolicy = \"{bf16}\".parse()?;"),
+                    "let scaler = LossScaler::noop();".into(),
+                ],
+                tried: Some(tried),
+            });
+        }
+    }
+    Ok(ModelAudit {
+        report,
+        trial,
+        hot_spot,
+        remedies,
+    })
+}
+
+/// The policy the steps are measured at: f16 compute (and any other) becomes bf16 where the
+/// device runs it, else the param dtype.
+fn measured_policy<M: Module>(policy: ResolvedPolicy, model: &M) -> ResolvedPolicy {
+    let supported = supported_float_dtypes(&first_device(model));
+    let wide = |d: FloatDType| {
+        if d == FloatDType::F16 {
+            FloatDType::BF16
+        } else {
+            d
+        }
+    };
+    let bf16 = supported.contains(&FloatDType::BF16);
+    let param = if bf16 {
+        wide(policy.param())
+    } else {
+        policy.param()
+    };
+    let compute = if bf16 { FloatDType::BF16 } else { param };
+    let output = if bf16 {
+        wide(policy.output())
+    } else {
+        policy.output()
+    };
+    ResolvedPolicy::new(param, compute, output)
+}
+
+fn first_device<M: Module>(model: &M) -> burn::tensor::Device {
+    model
+        .devices()
+        .into_iter()
+        .next()
+        .unwrap_or_else(burn::tensor::Device::flex)
+}
+
+/// The measured steps: forward values and gradients at `measured`.
+fn measure<M: Module>(
+    model: &M,
+    optimizer: &impl Fn() -> ModuleOptimizer,
+    measured: ResolvedPolicy,
+    config: AuditConfig,
+    loss: &mut impl FnMut(&M, &ResolvedPolicy, usize) -> Tensor<1>,
+) -> Result<(Vec<OpStats>, Vec<ParamStats>), AuditError> {
+    let mut model = Autocast::new(measured).apply(model.clone())?;
+    let mut optim = optimizer();
+    let mut forward: Vec<OpStats> = Vec::new();
+    let mut params = Vec::new();
+    for step in 0..config.steps {
+        let (value, mut seen) = measure::observing(|| {
+            let value = loss(&model, &measured, step);
+            observe("loss", &value);
+            value
+        });
+        // The loss last; values seen at the compute dtype are the ones f16 would hold.
+        let loss_row = seen.iter().position(|(n, _)| n == "loss");
+        for (i, (name, values)) in seen.drain(..).enumerate() {
+            match forward.iter_mut().find(|r| r.method == name) {
+                Some(row) => {
+                    row.calls += 1;
+                    row.values.merge(&values);
+                }
+                None => forward.push(OpStats {
+                    method: name,
+                    op: None,
+                    phase: Phase::Forward,
+                    dtype: measured.compute().to_string(),
+                    low: Some(i) != loss_row,
+                    calls: 1,
+                    values,
+                }),
+            }
+        }
+        let grads = GradientsParams::from_grads(value.backward(), &model);
+        if measure::add_gradients(&model, &grads, &mut params)? {
+            model = optim.step(config.lr, model, grads);
+        }
+    }
+    Ok((forward, params))
+}
+
+/// `config.trial_steps` steps at `policy` from `initial_scale` (dynamic when above 1).
+fn try_policy<M: Module>(
+    model: &M,
+    optimizer: &impl Fn() -> ModuleOptimizer,
+    policy: ResolvedPolicy,
+    initial_scale: f32,
+    config: AuditConfig,
+    loss: &mut impl FnMut(&M, &ResolvedPolicy, usize) -> Tensor<1>,
+) -> Result<Trial, AuditError> {
+    let mut model = Autocast::new(policy).apply(model.clone())?;
+    let mut optim = optimizer();
+    let scaler = if initial_scale > 1.0 {
+        LossScaler::dynamic(LossScaleConfig::new().with_initial_scale(initial_scale))?
+    } else {
+        LossScaler::noop()
+    };
+    let mut scaler = scaler.with_max_consecutive_skips(0);
+    let mut trial = Trial {
+        policy: policy.to_string(),
+        initial_scale,
+        steps: config.trial_steps,
+        skipped: Vec::new(),
+        overflow: None,
+        cause: None,
+    };
+    for step in 0..config.trial_steps {
+        // The measured steps' batches, in order, again.
+        let batch = step % config.steps;
+        let (next, outcome) =
+            scaler.step_with(&mut optim, config.lr, model, |m| loss(m, &policy, batch));
+        model = next;
+        let outcome = outcome?;
+        if outcome.is_skipped() {
+            trial.skipped.push(step);
+            if trial.overflow.is_none() {
+                trial.overflow = outcome.overflow.clone();
+            }
+        }
+        // The first cause that no scale fixes, else the first one after the grace steps.
+        let fixed_by_scale = outcome.cause.as_ref().is_none_or(SkipCause::is_range);
+        let keep = match &trial.cause {
+            None => !fixed_by_scale || step >= GRACE_STEPS,
+            Some(kept) => kept.is_range() && !fixed_by_scale,
+        };
+        if keep && outcome.cause.is_some() {
+            trial.cause = outcome.cause;
+        }
+    }
+    Ok(trial)
+}
+
+/// The hot spot of a failed trial: observed forward values over f16, the parameters whose
+/// measured gradients overflow f16 at the trial's scale (else those the trial found
+/// overflowing, when they are not all of them), and the fields that hold them.
+fn locate(
+    report: &AuditReport,
+    low: &[ParamStats],
+    trial: &Trial,
+    fields: &[(String, String)],
+) -> Option<HotSpot> {
+    let forward: Vec<String> = report
+        .ops
+        .iter()
+        .filter(|r| r.low && r.overflows_f16())
+        .map(|r| r.method.clone())
+        .collect();
+    let scale = trial.initial_scale;
+    // A kernel that computes wrongly: the parameters the probe found at both scales.
+    let mut params: Vec<String> = match &trial.cause {
+        Some(SkipCause::ScaleInvariant { params, .. }) => params.clone(),
+        _ => Vec::new(),
+    };
+    if params.is_empty() {
+        let mut hot: Vec<&ParamStats> = low
+            .iter()
+            .filter(|p| f64::from(p.grad.max_abs) * f64::from(scale) > f64::from(F16_MAX))
+            .collect();
+        hot.sort_by(|a, b| b.grad.max_abs.total_cmp(&a.grad.max_abs));
+        params = hot.iter().map(|p| p.path.clone()).collect();
+    }
+    if params.is_empty()
+        && let Some(overflow) = &trial.overflow
+        && overflow.params.len() < report.params.len()
+    {
+        params = overflow.params.clone();
+    }
+    if forward.is_empty() && params.is_empty() {
+        return None;
+    }
+    let top = |path: &str| path.split('.').next().unwrap_or(path).to_string();
+    let mut held: Vec<(String, String)> = Vec::new();
+    for path in &params {
+        let field = top(path);
+        if let Some(found) = fields.iter().find(|(f, _)| *f == field)
+            && !held.contains(found)
+        {
+            held.push(found.clone());
+        }
+    }
+    Some(HotSpot {
+        forward,
+        params,
+        fields: held,
+        scale,
+    })
+}
