@@ -524,7 +524,7 @@ impl LossScaler {
     }
 
     /// One step that runs `loss` itself, so that a step whose gradients are not finite, or
-    /// all zero, can be told apart: the same batch runs once more at a scale 2^8 lower (2^8
+    /// all zero, can be told apart: the same batch runs once more at a scale at least 2^8 lower and at most 2^-8 (2^8
     /// higher for zero gradients), on those steps only, and the outcome's
     /// [`cause`](StepOutcome::cause) says whether the problem moves with the scale
     /// ([`SkipCause::Range`]), whether the loss itself is not finite

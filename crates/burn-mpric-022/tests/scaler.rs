@@ -470,7 +470,7 @@ fn the_probe_tells_a_kernel_bug_from_an_overflow() {
             probe_scale,
             ..
         } => {
-            assert_eq!(*probe_scale, 128.0);
+            assert_eq!(*probe_scale, 1.0 / 256.0);
             assert_eq!(params, &["body.weight"]);
         }
         other => panic!("{other:?}"),

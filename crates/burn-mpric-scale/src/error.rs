@@ -5,8 +5,8 @@ use burn::tensor::backend::ExecutionError;
 
 /// A failure while running one optimizer step through a [`LossScaler`](crate::LossScaler).
 ///
-/// When a step fails, the scaler's state is unchanged, the optimizer was not called and the
-/// parameters are untouched.
+/// When a step fails, the optimizer was not called and the parameters are untouched; the
+/// scaler's state is unchanged, except after [`StepError::Stalled`] (a skipped step, recorded).
 ///
 /// # Example
 ///
@@ -50,6 +50,18 @@ pub enum StepError {
         /// The values handed back.
         got: usize,
     },
+    /// The step was skipped, and so were the `max - 1` before it: no loss scale lets this run
+    /// train ([`LossScaler::with_max_consecutive_skips`](crate::LossScaler::with_max_consecutive_skips)).
+    /// This step was recorded: the scaler moved on as for any skipped step, and `outcome` is
+    /// what it reported.
+    #[error("{} steps in a row were skipped for non-finite gradients (max_consecutive_skips = {max}; loss scale now {:e}){}", outcome.stats.consecutive_skipped, outcome.next_scale, stalled_detail(outcome))]
+    Stalled {
+        /// The limit that was reached.
+        max: u64,
+        /// The last step's outcome (its overflowing parameters and, from
+        /// [`step_with`](crate::LossScaler::step_with), its cause).
+        outcome: Box<burn_mpric_core::scale::StepOutcome>,
+    },
     /// A sum across processes ([`DataParallel`](crate::DataParallel)) failed: a process was
     /// lost or refused, named in the message.
     #[error("the sum across processes failed: {0}")]
@@ -59,4 +71,13 @@ pub enum StepError {
     #[cfg(feature = "collective")]
     #[error("the all-reduce through burn-collective failed: {0}")]
     Collective(String),
+}
+
+/// What a stalled run's last step found: its cause, else the parameters that overflowed.
+fn stalled_detail(outcome: &burn_mpric_core::scale::StepOutcome) -> String {
+    match (&outcome.cause, &outcome.overflow) {
+        (Some(cause), _) => format!(": {cause}"),
+        (None, Some(overflow)) => format!(": {overflow}"),
+        (None, None) => String::new(),
+    }
 }

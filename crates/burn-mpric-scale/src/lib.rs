@@ -90,6 +90,7 @@ mod flat;
 mod keep_dtype;
 mod overflow;
 mod pack;
+mod probe;
 mod processes;
 mod read;
 mod record;

@@ -244,7 +244,9 @@ fn unscale_bucket<B: Backend>(
             let sum = wide.sum();
             sum.clone().sub(sum)
         }
-        Reduce::Sum => wide.sum(),
+        // Of the magnitudes: finite exactly when every element is, zero exactly when every
+        // element is (a step whose gradients are all zero is probed, as a skipped one is).
+        Reduce::Sum => wide.abs().sum(),
     };
     let mut offset = 0;
     let count = registers.len();

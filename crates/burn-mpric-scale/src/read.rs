@@ -10,6 +10,8 @@ use crate::error::StepError;
 pub(crate) struct StepValues {
     /// The flag was true (or absent) and every sum finite.
     pub(crate) finite: bool,
+    /// Every sum read (of magnitudes, or of squares) was exactly zero, and there was one.
+    pub(crate) zero: bool,
     /// The loss, when one was read.
     pub(crate) loss: Option<f32>,
     /// The sums of squares, when they were read, one entry per group in order.
@@ -36,6 +38,7 @@ pub(crate) fn read_step_values<B: Backend>(
         (None, None) => {
             return Ok(StepValues {
                 finite: true,
+                zero: false,
                 loss: None,
                 squares: None,
             });
@@ -60,8 +63,11 @@ pub(crate) fn read_step_values<B: Backend>(
         Some(_) => Some(read_one::<f32>(next()?, "value")?),
         None => None,
     };
+    let mut zero = !sums.is_empty();
     for _ in sums {
-        finite &= read_one::<f32>(next()?, "value")?.is_finite();
+        let sum = read_one::<f32>(next()?, "value")?;
+        finite &= sum.is_finite();
+        zero &= sum == 0.0;
     }
     let squares = match squares {
         Some(squares) => {
@@ -69,12 +75,14 @@ pub(crate) fn read_step_values<B: Backend>(
             for _ in squares {
                 values.extend(next()?.iter::<f32>());
             }
+            zero = sums.is_empty() && !values.is_empty() && values.iter().all(|v| *v == 0.0);
             Some(values)
         }
         None => None,
     };
     Ok(StepValues {
         finite,
+        zero,
         loss,
         squares,
     })

@@ -17,7 +17,7 @@ use burn_mpric_core::scale::LossScale;
 use burn_mpric_core::scale::LossScaleConfig;
 use burn_mpric_core::scale::LossScaleError;
 use burn_mpric_core::scale::{ClipNorm, LossScalePreset, ScalerState};
-use burn_mpric_core::scale::{Overflow, ScalerStats, StepOutcome};
+use burn_mpric_core::scale::{DEFAULT_MAX_CONSECUTIVE_SKIPS, Overflow, ScalerStats, StepOutcome};
 
 /// Loss scaling as a gradients transform around any Burn [`Optimizer`].
 ///
@@ -69,6 +69,8 @@ pub struct LossScaler {
     // Every decision (skip, next scale, counters) is burn-mpric-core's, shared with the
     // Burn 0.22 edition; this type adds the tensor work.
     core: ScalerState,
+    /// Skipped steps in a row that stop the run; 0 never stops.
+    max_consecutive_skips: u64,
 }
 
 impl Default for LossScaler {
@@ -104,6 +106,50 @@ impl LossScaler {
     /// ```
     pub fn core(&self) -> &ScalerState {
         &self.core
+    }
+
+    /// Stops the run with [`StepError::Stalled`] once `max` steps in a row were skipped
+    /// (default [`DEFAULT_MAX_CONSECUTIVE_SKIPS`], as `mpric train`'s
+    /// `max_consecutive_skips`); `0` never stops, for loops that read
+    /// [`ScalerStats::consecutive_skipped`] themselves.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::optim::{GradientsParams, SgdConfig};
+    /// use burn::tensor::Tensor;
+    /// use burn_mpric_scale::{LossScaler, StepError};
+    ///
+    /// type B = Autodiff<Flex>;
+    /// let device = Default::default();
+    /// let model: Linear<B> = LinearConfig::new(1, 1).with_bias(false).init(&device);
+    /// let mut scaler = LossScaler::default().with_max_consecutive_skips(1);
+    /// let mut grads = GradientsParams::new();
+    /// grads.register(model.weight.id, Tensor::<Flex, 2>::from_floats([[f32::NAN]], &device));
+    /// let (_, outcome) = scaler.step(&mut SgdConfig::new().init(), 1.0, model, grads);
+    /// assert!(matches!(outcome, Err(StepError::Stalled { max: 1, .. })));
+    /// ```
+    #[must_use]
+    pub fn with_max_consecutive_skips(self, max: u64) -> Self {
+        Self {
+            max_consecutive_skips: max,
+            ..self
+        }
+    }
+
+    /// Skipped steps in a row that stop the run (0: never).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_scale::{DEFAULT_MAX_CONSECUTIVE_SKIPS, LossScaler};
+    ///
+    /// assert_eq!(LossScaler::noop().max_consecutive_skips(), DEFAULT_MAX_CONSECUTIVE_SKIPS);
+    /// ```
+    pub fn max_consecutive_skips(&self) -> u64 {
+        self.max_consecutive_skips
     }
 
     /// The scaler a preset stands for, when computation runs in f16 (`f16_compute`) or not
@@ -493,6 +539,7 @@ impl LossScaler {
         let Shards {
             mut grads,
             finite,
+            zero,
             loss,
             grad_norm,
         } = checked;
@@ -506,6 +553,7 @@ impl LossScaler {
         Ok(CheckedGrads {
             grads,
             finite,
+            zero,
             loss,
             grad_norm,
             overflow,
@@ -520,7 +568,7 @@ impl LossScaler {
     /// the norm is combined from them on the host in f64. Only when a sum of squares overflowed
     /// f32 are those gradients read again (see [`global_norm_from_squares`]). A step whose
     /// norm is not finite or not representable in f32 counts as non-finite (skipped).
-    fn check_shards<B, M>(
+    pub(crate) fn check_shards<B, M>(
         &self,
         module: &M,
         shards: Vec<GradientsParams>,
@@ -601,6 +649,7 @@ impl LossScaler {
         Ok(Shards {
             grads,
             finite,
+            zero: values.zero,
             loss: values.loss.map(|loss| self.core.unscale_loss(loss)),
             grad_norm,
         })
@@ -664,7 +713,7 @@ impl LossScaler {
     /// Runs `optimize` on the checked gradients when they are all finite, then updates the
     /// scale; on an error nothing changes. A skipped step names the parameters whose
     /// gradients overflowed (one more read, on skipped steps only).
-    fn apply<B, M>(
+    pub(crate) fn apply<B, M>(
         &mut self,
         module: M,
         checked: Result<Shards, StepError>,
@@ -685,11 +734,25 @@ impl LossScaler {
         }
         let overflow = find_overflow::<B, M>(&module, &checked.grads);
         let outcome = self.update_finished(false, checked.loss, checked.grad_norm);
-        match overflow {
-            Ok(overflow) => (module, Ok(outcome.with_overflow(overflow))),
-            // The step is skipped and the scale updated all the same; only the names are
-            // missing (`overflow: None`).
-            Err(_) => (module, Ok(outcome)),
+        // The step is skipped and the scale updated all the same when the names cannot be
+        // read; only they are missing (`overflow: None`).
+        let outcome = match overflow {
+            Ok(overflow) => outcome.with_overflow(overflow),
+            Err(_) => outcome,
+        };
+        (module, self.stalled(outcome))
+    }
+
+    /// `Err(StepError::Stalled)` when a skipped `outcome` reaches the limit of skips in a row.
+    fn stalled(&self, outcome: StepOutcome) -> Result<StepOutcome, StepError> {
+        let max = self.max_consecutive_skips;
+        if outcome.is_skipped() && max > 0 && outcome.stats.consecutive_skipped >= max {
+            Err(StepError::Stalled {
+                max,
+                outcome: Box::new(outcome),
+            })
+        } else {
+            Ok(outcome)
         }
     }
 
@@ -723,6 +786,9 @@ pub struct CheckedGrads {
     /// Whether every gradient was finite (and, with clipping on, the global norm finite and
     /// representable in f32).
     pub finite: bool,
+    /// Whether every gradient was exactly zero (read from the same sums; `false` for several
+    /// shards, which are judged by one flag).
+    pub zero: bool,
     /// The loss divided by the scale that was used, when a loss was given.
     pub loss: Option<f32>,
     /// The global L2 norm before clipping, when clipping is on and the module had gradients:
@@ -742,16 +808,20 @@ pub(crate) fn mean_at_f32<B: AutodiffBackend, const D: usize>(
 }
 
 /// The gradient shards of one step after unscaling, checking and clipping.
-struct Shards {
-    grads: Vec<GradientsParams>,
-    finite: bool,
-    loss: Option<f32>,
-    grad_norm: Option<f32>,
+pub(crate) struct Shards {
+    pub(crate) grads: Vec<GradientsParams>,
+    pub(crate) finite: bool,
+    pub(crate) zero: bool,
+    pub(crate) loss: Option<f32>,
+    pub(crate) grad_norm: Option<f32>,
 }
 
 impl From<ScalerState> for LossScaler {
     /// The scaler that decides with this state (a preset's, a restored record's, ...).
     fn from(core: ScalerState) -> Self {
-        Self { core }
+        Self {
+            core,
+            max_consecutive_skips: DEFAULT_MAX_CONSECUTIVE_SKIPS,
+        }
     }
 }

@@ -131,3 +131,99 @@ fn check_and_the_handler_report_the_same_names() {
     assert!(step.outcome.is_applied());
     assert_eq!(step.outcome.overflow, None);
 }
+
+/// A planted op whose backward is NaN whatever its input (its forward is the identity):
+/// `h + sqrt(|h| * 0)`, whose gradient is `1 + inf * 0`.
+struct NanBackward;
+
+impl NanBackward {
+    fn forward<B: Backend>(&self, h: Tensor<B, 2>) -> Tensor<B, 2> {
+        h.clone() + h.abs().mul_scalar(0.0).sqrt()
+    }
+}
+
+/// `step_with` re-runs a batch whose gradients are not finite at a scale 2^8 lower or more: the
+/// planted overflow moves with the scale, the planted NaN kernel does not ("not a range
+/// problem", naming the layers before it), a NaN loss is neither; applied steps are not
+/// re-run; a run that skips every step stops at the limit.
+#[test]
+fn step_with_tells_a_kernel_bug_from_an_overflow() {
+    use burn_mpric::scale::{SkipCause, StepError};
+    let device = device();
+    let step = |loss: &dyn Fn(&Planted<B>) -> Tensor<B, 1>| {
+        let model = Planted::<B>::new(&device);
+        let mut runs = 0;
+        let (_, outcome) = scaler().step_with(
+            &mut SgdConfig::new().init(),
+            0.1,
+            model,
+            |m: &Planted<B>| {
+                runs += 1;
+                loss(m)
+            },
+        );
+        (outcome.unwrap(), runs)
+    };
+
+    let (overflow, runs) = step(&|m| m.loss(batch(&device), 3000.0));
+    assert!(overflow.is_skipped());
+    assert!(
+        matches!(overflow.cause, Some(SkipCause::Range { zero: false, scale, probe_scale }) if scale == 32768.0 && probe_scale == 1.0 / 256.0),
+        "{overflow:?}"
+    );
+    assert_eq!(runs, 2, "the skipped step's batch ran once more");
+
+    let kernel = |m: &Planted<B>| {
+        let h = m
+            .hidden
+            .iter()
+            .fold(batch(&device), |x, layer| m.act.forward(layer.forward(x)));
+        m.head.forward(NanBackward.forward(h)).mean()
+    };
+    let (bug, _) = step(&kernel);
+    assert!(bug.is_skipped());
+    let text = bug.cause.as_ref().unwrap().to_string();
+    match bug.cause.as_ref().unwrap() {
+        SkipCause::ScaleInvariant {
+            params,
+            zero: false,
+            ..
+        } => {
+            assert!(
+                !params.is_empty() && params.iter().all(|p| p.starts_with("hidden.")),
+                "{text}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        text.starts_with(
+            "not a range problem: the non-finite gradients do not depend on the loss scale"
+        ),
+        "{text}"
+    );
+
+    let (nan_loss, _) = step(&|m| m.loss(batch(&device), f32::NAN));
+    assert!(
+        matches!(nan_loss.cause, Some(SkipCause::LossNotFinite { .. })),
+        "{nan_loss:?}"
+    );
+
+    let (fine, runs) = step(&|m| m.loss(batch(&device), 0.0));
+    assert!(fine.is_applied() && fine.cause.is_none());
+    assert_eq!(runs, 1);
+
+    // Every step skips: the third in a row stops the run, with the cause.
+    let mut model = Planted::<B>::new(&device);
+    let mut scaler = scaler().with_max_consecutive_skips(3);
+    let mut optim = SgdConfig::new().init();
+    let mut last = None;
+    for _ in 0..3 {
+        let (next, outcome) = scaler.step_with(&mut optim, 0.1, model, kernel);
+        model = next;
+        last = Some(outcome);
+    }
+    let err = last.unwrap().unwrap_err();
+    assert!(matches!(err, StepError::Stalled { max: 3, .. }), "{err}");
+    assert!(err.to_string().contains("not a range problem"), "{err}");
+}

@@ -1,8 +1,9 @@
 //! [`SkipCause`]: whether a skipped step (or a step whose gradients are all zero) is a range
 //! problem, which moves with the loss scale, or not, which a loss scale can never fix.
 //!
-//! A gradient that overflows f16 at a scale `S` is finite at `S / 2^8`; one that flushed to
-//! zero at `S` is not zero at `S * 2^8`. A kernel that returns NaN, or zero, whatever its
+//! A gradient that overflows f16 at a scale `S` is finite at a scale far enough below it
+//! (at most `S / 2^8`, and at most 2^-8, so that overflows of any size drop back into
+//! range); one that flushed to zero at `S` is not zero at `S * 2^8`. A kernel that returns NaN, or zero, whatever its
 //! input does not care about the scale (tracel-ai/burn#5162: f16 gradients unchanged at
 //! scales 64 and 16384). The editions re-run the same batch once at the probe scale, only on
 //! the steps that need it, and [`SkipCause::judge`] compares the two reads.
@@ -11,8 +12,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-/// How many powers of two the probe moves the scale: 2^8, down for non-finite gradients and
-/// up for gradients that are all zero.
+/// How many powers of two the probe moves the scale at least: 2^8, down for non-finite
+/// gradients (and to at most 2^-8) and up for gradients that are all zero.
 pub const PROBE_SHIFT: i32 = 8;
 
 /// What one read of a step's loss and gradients said.
@@ -48,15 +49,17 @@ impl ProbeRead {
         !self.grads_finite || (self.grads_zero && loss != Some(0.0))
     }
 
-    /// The scale the probe re-runs the batch at, from the scale this read was made at:
-    /// `2^8` lower when the gradients were not finite, `2^8` higher when they were all zero
-    /// (at most f32's largest power of two).
+    /// The scale the probe re-runs the batch at, from the scale this read was made at: at
+    /// least `2^8` lower and at most `2^-8` when the gradients were not finite (an overflow
+    /// of up to 2^23 times f16's end drops back into range there, while a kernel that returns
+    /// NaN still does), `2^8` higher when they were all zero (within [`MIN_SCALE`](crate::scale::MIN_SCALE) and f32's largest power of two).
     ///
     /// ```
     /// use burn_mpric_core::scale::ProbeRead;
     ///
     /// let skipped = ProbeRead { loss_finite: true, grads_finite: false, grads_zero: false };
-    /// assert_eq!(skipped.probe_scale(65536.0), 256.0);
+    /// assert_eq!(skipped.probe_scale(65536.0), 1.0 / 256.0);
+    /// assert_eq!(skipped.probe_scale(1.0 / 64.0), 1.0 / 16384.0);
     /// let zero = ProbeRead { grads_finite: true, grads_zero: true, ..skipped };
     /// assert_eq!(zero.probe_scale(1.0), 256.0);
     /// ```
@@ -65,9 +68,9 @@ impl ProbeRead {
         let probe = if self.grads_finite {
             f64::from(scale) * shift
         } else {
-            f64::from(scale) / shift
+            (f64::from(scale) / shift).min(1.0 / shift)
         };
-        probe.min(2f64.powi(127)) as f32
+        (probe.min(2f64.powi(127)) as f32).max(crate::scale::MIN_SCALE)
     }
 }
 
@@ -307,5 +310,6 @@ mod tests {
     fn the_probe_scale_stays_a_finite_f32() {
         assert_eq!(ZERO.probe_scale(2f32.powi(125)), 2f32.powi(127));
         assert_eq!(NAN.probe_scale(1.0), 1.0 / 256.0);
+        assert_eq!(NAN.probe_scale(2f32.powi(-125)), crate::scale::MIN_SCALE);
     }
 }
