@@ -592,11 +592,7 @@ impl LossScaler {
             Ok(checked) => checked,
             Err(err) => return (module, Err(err)),
         };
-        let read = ProbeRead {
-            loss_finite: checked.scaled_loss.is_none_or(f32::is_finite),
-            grads_finite: checked.finite,
-            grads_zero: checked.zero,
-        };
+        let read = checked.probe_read();
         let cause = match probe {
             Some(probe) if read.needs_probe(checked.scaled_loss) => {
                 let params = checked
@@ -717,6 +713,31 @@ pub struct CheckedGrads {
     pub overflow: Option<burn_mpric_core::scale::Overflow>,
 }
 
+impl CheckedGrads {
+    /// What the check read, as the probe of a skipped step compares it
+    /// ([`SkipCause::judge`]).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::nn::LinearConfig;
+    /// use burn::optim::GradientsParams;
+    /// use burn::tensor::{Device, Tensor};
+    /// use burn_mpric_022::LossScaler;
+    ///
+    /// let device = Device::flex().autodiff();
+    /// let model = LinearConfig::new(1, 1).with_bias(false).init(&device);
+    /// let scaler = LossScaler::noop();
+    /// let scaled = model.forward(Tensor::<2>::zeros([1, 1], &device)).sum().add_scalar(1.0);
+    /// let grads = GradientsParams::from_grads(scaled.backward(), &model);
+    /// let read = scaler.check(&model, grads, Some(scaled)).unwrap().probe_read();
+    /// assert!(read.grads_finite && read.grads_zero, "x = 0: the weight's gradient is 0");
+    /// ```
+    pub fn probe_read(&self) -> ProbeRead {
+        ProbeRead::of(self.scaled_loss, self.finite, self.zero)
+    }
+}
+
 /// Unscales and checks `grads` for `module` with one host read; see [`LossScaler`].
 fn check_grads<M: Module>(
     module: &M,
@@ -801,17 +822,19 @@ fn self_probe<M: Module>(
     let grads = GradientsParams::from_grads(scaled.backward(), module);
     let mean = scaled.without_autodiff().cast(FloatDType::F32).mean();
     let checked = check_grads(module, grads, probe_scale, None, Some(mean))?;
-    let probed = ProbeRead {
-        loss_finite: checked.loss.is_none_or(f32::is_finite),
-        grads_finite: checked.finite,
-        grads_zero: checked.zero,
-    };
-    // Name the parameters that stayed non-finite at both scales (one more read, here only).
-    let params = if checked.finite {
-        params
+    let probed = ProbeRead::of(checked.loss, checked.finite, checked.zero);
+    // The parameters still non-finite at the probe's scale (one more read, here only).
+    let still = if checked.finite {
+        Vec::new()
     } else {
-        let still = crate::overflow::find_overflow(module, &checked.grads)?.params;
-        params.into_iter().filter(|p| still.contains(p)).collect()
+        crate::overflow::find_overflow(module, &checked.grads)?.params
     };
-    Ok(SkipCause::judge(read, probed, scale, probe_scale, params))
+    Ok(SkipCause::judge(
+        read,
+        probed,
+        scale,
+        probe_scale,
+        params,
+        &still,
+    ))
 }

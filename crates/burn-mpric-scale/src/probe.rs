@@ -69,11 +69,7 @@ impl LossScaler {
                 Ok(checked) => checked,
                 Err(err) => return (module, Err(err)),
             };
-        let read = ProbeRead {
-            loss_finite: checked.loss.is_none_or(f32::is_finite),
-            grads_finite: checked.finite,
-            grads_zero: checked.zero,
-        };
+        let read = ProbeRead::of(checked.loss, checked.finite, checked.zero);
         let cause = if read.needs_probe(checked.loss) {
             let params = if checked.finite {
                 Vec::new()
@@ -125,19 +121,13 @@ where
     let scaled = prober.scale_loss(loss(module));
     let grads = GradientsParams::from_grads(scaled.backward(), module);
     let checked = prober.check(module, grads, Some(scaled))?;
-    let probed = ProbeRead {
-        loss_finite: checked.loss.is_none_or(f32::is_finite),
-        grads_finite: checked.finite,
-        grads_zero: checked.zero,
-    };
-    // The parameters that stayed non-finite at both scales.
-    let params = match (&checked.overflow, checked.finite) {
-        (_, true) => params,
-        (Some(still), false) => params
-            .into_iter()
-            .filter(|p| still.params.contains(p))
-            .collect(),
-        (None, false) => params,
-    };
-    Ok(SkipCause::judge(read, probed, scale, probe_scale, params))
+    let still = checked.overflow.as_ref().map_or(&[][..], |o| &o.params[..]);
+    Ok(SkipCause::judge(
+        read,
+        checked.probe_read(),
+        scale,
+        probe_scale,
+        params,
+        still,
+    ))
 }

@@ -800,6 +800,33 @@ pub struct CheckedGrads {
     pub overflow: Option<Overflow>,
 }
 
+impl CheckedGrads {
+    /// What the check read, as the probe of a skipped step compares it
+    /// ([`SkipCause::judge`](burn_mpric_core::scale::SkipCause::judge)).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::optim::GradientsParams;
+    /// use burn::tensor::Tensor;
+    /// use burn_mpric_scale::LossScaler;
+    ///
+    /// type B = Autodiff<Flex>;
+    /// let device = Default::default();
+    /// let model: Linear<B> = LinearConfig::new(1, 1).with_bias(false).init(&device);
+    /// let scaler = LossScaler::noop();
+    /// let scaled = model.forward(Tensor::<B, 2>::zeros([1, 1], &device)).sum().add_scalar(1.0);
+    /// let grads = GradientsParams::from_grads(scaled.backward(), &model);
+    /// let read = scaler.check(&model, grads, Some(scaled)).unwrap().probe_read();
+    /// assert!(read.grads_finite && read.grads_zero, "x = 0: the weight's gradient is 0");
+    /// ```
+    pub fn probe_read(&self) -> burn_mpric_core::scale::ProbeRead {
+        burn_mpric_core::scale::ProbeRead::of(self.loss, self.finite, self.zero)
+    }
+}
+
 /// The mean of a (scaled) loss at f32, on the inner backend, for the step's one host read.
 pub(crate) fn mean_at_f32<B: AutodiffBackend, const D: usize>(
     loss: Tensor<B, D>,

@@ -35,6 +35,23 @@ pub struct ProbeRead {
 }
 
 impl ProbeRead {
+    /// A read of a step's (unscaled or scaled) loss, when one was read, and its gradients.
+    ///
+    /// ```
+    /// use burn_mpric_core::scale::ProbeRead;
+    ///
+    /// let read = ProbeRead::of(Some(f32::NAN), false, false);
+    /// assert!(!read.loss_finite && !read.grads_finite);
+    /// assert!(ProbeRead::of(None, true, false).loss_finite);
+    /// ```
+    pub fn of(loss: Option<f32>, grads_finite: bool, grads_zero: bool) -> Self {
+        Self {
+            loss_finite: loss.is_none_or(f32::is_finite),
+            grads_finite,
+            grads_zero,
+        }
+    }
+
     /// Whether the step calls for a probe: its gradients were not finite, or were all zero
     /// while the loss was not (an exactly zero loss has zero gradients by right).
     ///
@@ -80,7 +97,7 @@ impl ProbeRead {
 /// use burn_mpric_core::scale::{ProbeRead, SkipCause};
 ///
 /// let nan = ProbeRead { loss_finite: true, grads_finite: false, grads_zero: false };
-/// let cause = SkipCause::judge(nan, nan, 65536.0, 256.0, vec!["head.weight".into()]);
+/// let cause = SkipCause::judge(nan, nan, 65536.0, 256.0, vec!["head.weight".into()], &[]);
 /// assert!(cause.to_string().starts_with("not a range problem"));
 /// assert_eq!(cause.label(), "not_range");
 /// ```
@@ -130,16 +147,17 @@ fn power(scale: f32) -> String {
 
 impl SkipCause {
     /// The cause from the step's read at `scale` and the probe's at `probe_scale`;
-    /// `params` names the parameters the step found not finite.
+    /// `params` names the parameters the step found not finite and `still` those the probe
+    /// did (the cause names those in both; `still` empty: not looked for).
     ///
     /// ```
     /// use burn_mpric_core::scale::{ProbeRead, SkipCause};
     ///
     /// let overflow = ProbeRead { loss_finite: true, grads_finite: false, grads_zero: false };
     /// let fine = ProbeRead { grads_finite: true, ..overflow };
-    /// assert!(matches!(SkipCause::judge(overflow, fine, 65536.0, 256.0, vec![]), SkipCause::Range { zero: false, .. }));
+    /// assert!(matches!(SkipCause::judge(overflow, fine, 65536.0, 256.0, vec![], &[]), SkipCause::Range { zero: false, .. }));
     /// let no_loss = ProbeRead { loss_finite: false, ..overflow };
-    /// assert!(matches!(SkipCause::judge(no_loss, no_loss, 65536.0, 256.0, vec![]), SkipCause::LossNotFinite { .. }));
+    /// assert!(matches!(SkipCause::judge(no_loss, no_loss, 65536.0, 256.0, vec![], &[]), SkipCause::LossNotFinite { .. }));
     /// ```
     pub fn judge(
         step: ProbeRead,
@@ -147,7 +165,13 @@ impl SkipCause {
         scale: f32,
         probe_scale: f32,
         params: Vec<String>,
+        still: &[String],
     ) -> Self {
+        let params = if probe.grads_finite || still.is_empty() {
+            params
+        } else {
+            params.into_iter().filter(|p| still.contains(p)).collect()
+        };
         let zero = step.grads_finite && step.grads_zero;
         if !step.loss_finite && !probe.loss_finite {
             return SkipCause::LossNotFinite { scale, probe_scale };
@@ -278,7 +302,7 @@ mod tests {
 
     #[test]
     fn zero_gradients_that_stay_zero_are_not_a_range_problem() {
-        let cause = SkipCause::judge(ZERO, ZERO, 4.0, 1024.0, vec![]);
+        let cause = SkipCause::judge(ZERO, ZERO, 4.0, 1024.0, vec![], &[]);
         assert!(matches!(
             cause,
             SkipCause::ScaleInvariant { zero: true, .. }
@@ -288,22 +312,29 @@ mod tests {
                 .to_string()
                 .contains("the zero gradients do not depend")
         );
-        assert!(SkipCause::judge(ZERO, FINE, 4.0, 1024.0, vec![]).is_range());
+        assert!(SkipCause::judge(ZERO, FINE, 4.0, 1024.0, vec![], &[]).is_range());
     }
 
     #[test]
     fn non_finite_gradients_that_stay_so_are_named() {
-        let cause = SkipCause::judge(NAN, NAN, 32768.0, 128.0, vec!["fc.weight".into()]);
+        let cause = SkipCause::judge(
+            NAN,
+            NAN,
+            32768.0,
+            128.0,
+            vec!["fc.weight".into(), "head.bias".into()],
+            &["fc.weight".into()],
+        );
         let text = cause.to_string();
         assert!(text.contains("2^15 and 2^7"), "{text}");
-        assert!(text.contains("fc.weight"), "{text}");
+        assert!(text.contains("1 parameter: fc.weight;"), "{text}");
         // A loss that is finite in one of the two reads: the gradients decide.
         let half = ProbeRead {
             loss_finite: false,
             ..NAN
         };
-        assert!(!SkipCause::judge(half, NAN, 2.0, 1.0 / 128.0, vec![]).is_range());
-        assert!(SkipCause::judge(half, FINE, 2.0, 1.0 / 128.0, vec![]).is_range());
+        assert!(!SkipCause::judge(half, NAN, 2.0, 1.0 / 128.0, vec![], &[]).is_range());
+        assert!(SkipCause::judge(half, FINE, 2.0, 1.0 / 128.0, vec![], &[]).is_range());
     }
 
     #[test]

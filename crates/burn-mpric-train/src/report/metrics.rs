@@ -14,11 +14,11 @@ use crate::error::Error;
 /// use burn_mpric_train::report::metrics::{StepRow, csv};
 ///
 /// let row = StepRow { step: 1, epoch: 0, lr: 0.01, loss: Some(1.1), accuracy: None, loss_scale: 1.0,
-///     skipped: false, skipped_total: 0, grad_norm: None, step_ms: 2.5, overflowed: vec![] };
-/// assert_eq!(csv(&[row.clone()]).lines().nth(1).unwrap(), "1,0,0.01,1.1,,1,false,0,,2.500,");
+///     skipped: false, skipped_total: 0, grad_norm: None, step_ms: 2.5, overflowed: vec![], cause: None };
+/// assert_eq!(csv(&[row.clone()]).lines().nth(1).unwrap(), "1,0,0.01,1.1,,1,false,0,,2.500,,");
 /// let skipped = StepRow { loss: None, skipped: true, skipped_total: 1,
-///     overflowed: vec!["Mlp.out.weight".into(), "Mlp.out.bias".into()], ..row };
-/// assert_eq!(csv(&[skipped]).lines().nth(1).unwrap(), "1,0,0.01,,,1,true,1,,2.500,Mlp.out.weight;Mlp.out.bias");
+///     overflowed: vec!["Mlp.out.weight".into(), "Mlp.out.bias".into()], cause: Some("range".into()), ..row };
+/// assert_eq!(csv(&[skipped]).lines().nth(1).unwrap(), "1,0,0.01,,,1,true,1,,2.500,range,Mlp.out.weight;Mlp.out.bias");
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepRow {
@@ -45,6 +45,12 @@ pub struct StepRow {
     /// On a skipped step, the parameters (module paths) whose gradients held inf or NaN.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub overflowed: Vec<String>,
+    /// On a skipped step of a one-process run, whether the problem moves with the loss scale
+    /// (`range`), the loss itself was not finite (`loss_not_finite`), or neither
+    /// (`not_range`: a kernel that computes wrongly at this dtype), from one more run of the
+    /// batch at a far lower scale.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<String>,
 }
 
 impl StepRow {
@@ -54,7 +60,7 @@ impl StepRow {
     /// use burn_mpric_train::report::metrics::StepRow;
     ///
     /// let a = StepRow { step: 1, epoch: 0, lr: 0.1, loss: None, accuracy: None, loss_scale: 1.0,
-    ///     skipped: true, skipped_total: 1, grad_norm: None, step_ms: 1.0, overflowed: vec![] };
+    ///     skipped: true, skipped_total: 1, grad_norm: None, step_ms: 1.0, overflowed: vec![], cause: None };
     /// let b = StepRow { step_ms: 9.0, ..a.clone() };
     /// assert_eq!(a.untimed(), b.untimed());
     /// ```
@@ -132,8 +138,7 @@ pub struct MetricsFile {
 /// ```
 /// assert!(burn_mpric_train::report::metrics::CSV_HEADER.starts_with("step,epoch,lr,loss"));
 /// ```
-pub const CSV_HEADER: &str =
-    "step,epoch,lr,loss,accuracy,loss_scale,skipped,skipped_total,grad_norm,step_ms,overflowed";
+pub const CSV_HEADER: &str = "step,epoch,lr,loss,accuracy,loss_scale,skipped,skipped_total,grad_norm,step_ms,cause,overflowed";
 
 fn opt(value: Option<f32>) -> String {
     value.map(|v| v.to_string()).unwrap_or_default()
@@ -164,7 +169,7 @@ pub fn csv(rows: &[StepRow]) -> String {
     for r in rows {
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{},{},{},{:.3},{}",
+            "{},{},{},{},{},{},{},{},{},{:.3},{},{}",
             r.step,
             r.epoch,
             r.lr,
@@ -175,6 +180,7 @@ pub fn csv(rows: &[StepRow]) -> String {
             r.skipped_total,
             opt(r.grad_norm),
             r.step_ms,
+            r.cause.as_deref().unwrap_or_default(),
             overflowed_cell(&r.overflowed)
         );
     }

@@ -228,6 +228,7 @@ mod tests {
             grad_norm: None,
             step_ms: 1.0,
             overflowed: vec![],
+            cause: None,
         }
     }
 

@@ -11,7 +11,7 @@ use burn::module::{AutodiffModule, Module};
 use burn::optim::{GradientsAccumulator, GradientsParams, Optimizer};
 use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Tensor};
-use burn_mpric::scale::{LossScaler, cast_grads_to_param_dtype};
+use burn_mpric::scale::{LossScaler, ProbeRead, SkipCause, StepOutcome, cast_grads_to_param_dtype};
 use burn_mpric::{BurnDType, FloatDType, MixedPrecision, MpDevice, Policy, ResolvedPolicy};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -490,6 +490,9 @@ where
             0,
         ),
     };
+    // The run stops itself at the recipe's `max_consecutive_skips`, with its reports written
+    // and its last checkpoint named.
+    scaler = scaler.with_max_consecutive_skips(0);
 
     let total = plan.total_steps;
     let stop = options.until.map_or(total, |u| u.min(total)).max(start);
@@ -561,6 +564,14 @@ where
         };
         model = next;
         let outcome = outcome.map_err(|source| Error::Step { step, source })?;
+        // One process: a skipped step's batch runs once more at the probe's scale, to tell a
+        // range problem from one no scale fixes.
+        let cause = match peers {
+            Peers::Local if outcome.is_skipped() => Some(skip_cause(
+                plan, &model, &items, replicas, peers, &outcome, step,
+            )?),
+            _ => None,
+        };
         let accuracy = correct.map(|c| c as f32 / predictions as f32);
         let row = StepRow {
             step,
@@ -578,9 +589,10 @@ where
                 .as_ref()
                 .map(|o| o.params.clone())
                 .unwrap_or_default(),
+            cause: cause.as_ref().map(|c| c.label().to_string()),
         };
         if is_main && options.log && outcome.is_skipped() {
-            bar.suspend(|| eprintln!("{}", skip_line(step, &outcome)));
+            bar.suspend(|| eprintln!("{}", skip_line(step, &outcome, cause.as_ref())));
         }
         bar.set_message(progress_message(&row));
         bar.inc(1);
@@ -596,8 +608,9 @@ where
             ))
         } else if skips_in_a_row >= max_skips {
             Some(format!(
-                "{skips_in_a_row} steps in a row were skipped for non-finite gradients (max_consecutive_skips = {max_skips}; loss scale now {:e})",
-                scaler.scale()
+                "{skips_in_a_row} steps in a row were skipped for non-finite gradients (max_consecutive_skips = {max_skips}; loss scale now {:e}){}",
+                scaler.scale(),
+                cause.as_ref().map(|c| format!(": {c}")).unwrap_or_default()
             ))
         } else {
             None
@@ -726,9 +739,44 @@ fn optimizer_state_device<B: Backend>(device: &MpDevice<B>) -> Result<MpDevice<B
         .map_err(|e| Error::Internal(format!("the optimizer-state device: {e}")))
 }
 
-/// The stderr line of a skipped step: the scale it used and the next one, and which
-/// parameters' gradients overflowed.
-fn skip_line(step: u64, outcome: &burn_mpric::scale::StepOutcome) -> String {
+/// The cause of a skipped step (one process): its batch once more at the probe's scale, the
+/// two reads compared ([`SkipCause::judge`]).
+fn skip_cause<B: Backend>(
+    plan: &Plan,
+    model: &Model<Ad<B>>,
+    items: &[usize],
+    replicas: &[MpDevice<B>],
+    peers: Peers<'_>,
+    outcome: &StepOutcome,
+    step: u64,
+) -> Result<SkipCause, Error> {
+    let read = ProbeRead::of(outcome.loss, false, false);
+    let probe_scale = read.probe_scale(outcome.scale_used);
+    let prober = LossScaler::fixed(probe_scale)
+        .map_err(|e| Error::Internal(format!("the probe's scale {probe_scale}: {e}")))?;
+    let probed = forward_backward(plan, model, &prober, items, replicas, peers)?;
+    let checked = prober
+        .check(model, probed.grads, Some(probed.scaled_loss))
+        .map_err(|source| Error::Step { step, source })?;
+    let params = outcome
+        .overflow
+        .as_ref()
+        .map(|o| o.params.clone())
+        .unwrap_or_default();
+    let still = checked.overflow.as_ref().map_or(&[][..], |o| &o.params[..]);
+    Ok(SkipCause::judge(
+        read,
+        checked.probe_read(),
+        outcome.scale_used,
+        probe_scale,
+        params,
+        still,
+    ))
+}
+
+/// The stderr line of a skipped step: the scale it used and the next one, which parameters'
+/// gradients overflowed, and the probe's cause.
+fn skip_line(step: u64, outcome: &StepOutcome, cause: Option<&SkipCause>) -> String {
     let which = match &outcome.overflow {
         Some(overflow) if overflow.params.is_empty() => {
             "the global gradient norm overflowed f32 (no single gradient held inf or NaN)"
@@ -737,8 +785,9 @@ fn skip_line(step: u64, outcome: &burn_mpric::scale::StepOutcome) -> String {
         Some(overflow) => format!("inf/NaN gradients in {overflow}"),
         None => "inf/NaN gradients".to_string(),
     };
+    let cause = cause.map(|c| format!("; {c}")).unwrap_or_default();
     format!(
-        "step {step}: skipped: {which}; loss scale {} -> {}",
+        "step {step}: skipped: {which}; loss scale {} -> {}{cause}",
         outcome.scale_used, outcome.next_scale
     )
 }

@@ -1,5 +1,6 @@
-//! A skipped step names the parameters whose gradients overflowed: on stderr at each scale
-//! back-off, and in `metrics.json` and `metrics.csv`, the three agreeing.
+//! A skipped step names the parameters whose gradients overflowed and the probe's cause (a
+//! range problem, for a scale far too high): on stderr at each scale back-off, and in
+//! `metrics.json` and `metrics.csv`, the three agreeing.
 
 use crate::common::{fresh_dir, metrics, run, write_recipe};
 
@@ -44,7 +45,7 @@ lr = 0.003
     let csv = std::fs::read_to_string(dir.join("out/metrics.csv")).unwrap();
     for row in &m.steps {
         if !row.skipped {
-            assert!(row.overflowed.is_empty(), "{row:?}");
+            assert!(row.overflowed.is_empty() && row.cause.is_none(), "{row:?}");
             continue;
         }
         // Names are parameters of the model, in module order, without repeats.
@@ -71,10 +72,16 @@ lr = 0.003
             line.contains(&format!("loss scale {} -> ", row.loss_scale)),
             "{line}"
         );
-        // CSV: the last cell.
+        // The batch ran once more at a far lower scale and its gradients were finite there.
+        assert_eq!(row.cause.as_deref(), Some("range"), "{row:?}");
+        assert!(
+            line.contains("; a range problem: the gradients overflow at a loss scale of 2^"),
+            "{line}"
+        );
+        // CSV: the cause, then the names in the last cell.
         let csv_line = csv.lines().nth(row.step as usize).unwrap();
         assert!(
-            csv_line.ends_with(&format!(",{}", row.overflowed.join(";"))),
+            csv_line.ends_with(&format!(",range,{}", row.overflowed.join(";"))),
             "{csv_line}"
         );
     }
