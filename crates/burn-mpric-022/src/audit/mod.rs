@@ -59,19 +59,15 @@ use std::fmt;
 use burn::module::Module;
 use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::tensor::Tensor;
-use burn_mpric_core::audit::{AuditReport, F16_MAX, OpStats, ParamStats, Phase, Verdict};
-pub use burn_mpric_core::audit::{Magnitudes, param_verdicts};
-use burn_mpric_core::scale::{LossScaleConfig, Overflow, SkipCause};
+use burn_mpric_core::audit::{AuditReport, OpStats, ParamStats, Phase, Verdict};
+pub use burn_mpric_core::audit::{GRACE_STEPS, HotSpot, Magnitudes, Remedy, Trial, param_verdicts};
+use burn_mpric_core::scale::{LossScaleConfig, SkipCause};
 use burn_mpric_core::{FloatDType, ResolvedPolicy};
 
 use crate::autocast::{Autocast, AutocastError};
 use crate::dtype::supported_float_dtypes;
 use crate::error::StepError;
 use crate::scaler::LossScaler;
-
-/// Steps at the start of a trial whose skips do not count against it: a dynamic scale may
-/// back off once or twice before it fits.
-pub const GRACE_STEPS: usize = 2;
 
 /// How an [`audit`] runs.
 ///
@@ -165,163 +161,6 @@ pub enum AuditError {
     /// A step failed (a read from the device, a gradient of the wrong shape).
     #[error(transparent)]
     Step(#[from] StepError),
-}
-
-/// What a few steps at one policy and initial scale did.
-///
-/// # Example
-///
-/// ```
-/// use burn_mpric_022::audit::Trial;
-///
-/// let trial = Trial { policy: "mixed_bf16".into(), initial_scale: 1.0, steps: 8, skipped: vec![0], overflow: None, cause: None };
-/// assert!(trial.trains(), "a skip within the grace steps");
-/// ```
-#[derive(Debug, Clone, PartialEq)]
-pub struct Trial {
-    /// The policy, as text.
-    pub policy: String,
-    /// The loss scale it started at (1: no scaling).
-    pub initial_scale: f32,
-    /// Steps run.
-    pub steps: usize,
-    /// The steps that were skipped (from 0).
-    pub skipped: Vec<usize>,
-    /// The first skipped step's overflowing parameters.
-    pub overflow: Option<Overflow>,
-    /// The first skipped (or all-zero) step's cause, from the probe.
-    pub cause: Option<SkipCause>,
-}
-
-impl Trial {
-    /// Whether it trained without skips after the first [`GRACE_STEPS`], and no cause
-    /// other than a range one was found.
-    ///
-    /// # Example
-    ///
-    /// ```
-    /// use burn_mpric_022::audit::Trial;
-    ///
-    /// let trial = Trial { policy: "mixed_f16".into(), initial_scale: 65536.0, steps: 8, skipped: vec![5], overflow: None, cause: None };
-    /// assert!(!trial.trains());
-    /// ```
-    pub fn trains(&self) -> bool {
-        self.skipped.iter().all(|&s| s < GRACE_STEPS)
-            && self.cause.as_ref().is_none_or(SkipCause::is_range)
-    }
-}
-
-impl fmt::Display for Trial {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} from a loss scale of {}: {} steps, ",
-            self.policy, self.initial_scale, self.steps
-        )?;
-        let late = self.skipped.iter().filter(|&&s| s >= GRACE_STEPS).count();
-        if self.skipped.is_empty() {
-            write!(f, "none skipped")?;
-        } else {
-            write!(
-                f,
-                "{} skipped ({late} after the first {GRACE_STEPS})",
-                self.skipped.len()
-            )?;
-        }
-        if let Some(cause) = &self.cause {
-            write!(f, "; {cause}")?;
-        } else if let Some(overflow) = &self.overflow {
-            write!(f, "; overflow in {overflow}")?;
-        }
-        Ok(())
-    }
-}
-
-/// Where f16 breaks, as closely as the 0.22 edition can see.
-///
-/// # Example
-///
-/// ```
-/// use burn_mpric_022::audit::HotSpot;
-///
-/// let spot = HotSpot { forward: vec![], params: vec!["hot.weight".into()], fields: vec![("hot".into(), "Linear".into())], scale: 32768.0 };
-/// assert!(spot.to_string().contains("hot.weight"));
-/// ```
-#[derive(Debug, Clone, PartialEq)]
-pub struct HotSpot {
-    /// Observed forward values over f16's range.
-    pub forward: Vec<String>,
-    /// The parameters whose gradients overflow f16 first at `scale`, largest first.
-    pub params: Vec<String>,
-    /// The top-level fields of the model that hold them, with their types.
-    pub fields: Vec<(String, String)>,
-    /// The loss scale the gradients were judged at.
-    pub scale: f32,
-}
-
-impl fmt::Display for HotSpot {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut parts = Vec::new();
-        if !self.forward.is_empty() {
-            parts.push(format!(
-                "forward values over f16's range: {}",
-                self.forward.join(", ")
-            ));
-        }
-        if !self.params.is_empty() {
-            parts.push(format!(
-                "gradients that overflow f16 first at a loss scale of {}: {}",
-                self.scale,
-                Overflow::new(self.params.clone())
-            ));
-        }
-        if !self.fields.is_empty() {
-            let names: Vec<String> = self
-                .fields
-                .iter()
-                .map(|(field, ty)| format!("`{field}` ({ty})"))
-                .collect();
-            parts.push(format!("in the field(s) {}", names.join(", ")));
-        }
-        f.write_str(&parts.join("; "))
-    }
-}
-
-/// A remedy, with the Rust lines that apply it and what trying it did.
-///
-/// # Example
-///
-/// ```
-/// use burn_mpric_022::audit::Remedy;
-///
-/// let remedy = Remedy { what: "use bf16".into(), lines: vec!["let policy: ResolvedPolicy = \"mixed_bf16\".parse()?;".into()], tried: None };
-/// assert!(remedy.to_string().contains("not run"));
-/// ```
-#[derive(Debug, Clone, PartialEq)]
-pub struct Remedy {
-    /// What it does.
-    pub what: String,
-    /// The Rust lines that apply it.
-    pub lines: Vec<String>,
-    /// The trial that checked it; `None` for a remedy the audit cannot apply itself.
-    pub tried: Option<Trial>,
-}
-
-impl fmt::Display for Remedy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "{}", self.what)?;
-        for line in &self.lines {
-            writeln!(f, "    {line}")?;
-        }
-        match &self.tried {
-            Some(trial) if trial.trains() => write!(f, "  checked: {trial}"),
-            Some(trial) => write!(f, "  tried, did not train: {trial}"),
-            None => write!(
-                f,
-                "  not run: it changes your model's type; audit the changed model to check it"
-            ),
-        }
-    }
 }
 
 /// What [`audit`] found.
@@ -463,7 +302,7 @@ pub fn audit<M: Module>(
         });
     }
 
-    let hot_spot = locate(&report, &scaled, &trial, &measure::fields(&model));
+    let hot_spot = HotSpot::locate(&report, &scaled, &trial, &measure::fields(&model));
     let mut remedies = Vec::new();
     if let Some(spot) = &hot_spot {
         for (field, ty) in &spot.fields {
@@ -639,60 +478,4 @@ fn try_policy<M: Module>(
         }
     }
     Ok(trial)
-}
-
-/// The hot spot of a failed trial: observed forward values over f16, the parameters whose
-/// measured gradients overflow f16 at the trial's scale (else those the trial found
-/// overflowing, when they are not all of them), and the fields that hold them.
-fn locate(
-    report: &AuditReport,
-    low: &[ParamStats],
-    trial: &Trial,
-    fields: &[(String, String)],
-) -> Option<HotSpot> {
-    let forward: Vec<String> = report
-        .ops
-        .iter()
-        .filter(|r| r.low && r.overflows_f16())
-        .map(|r| r.method.clone())
-        .collect();
-    let scale = trial.initial_scale;
-    // A kernel that computes wrongly: the parameters the probe found at both scales.
-    let mut params: Vec<String> = match &trial.cause {
-        Some(SkipCause::ScaleInvariant { params, .. }) => params.clone(),
-        _ => Vec::new(),
-    };
-    if params.is_empty() {
-        let mut hot: Vec<&ParamStats> = low
-            .iter()
-            .filter(|p| f64::from(p.grad.max_abs) * f64::from(scale) > f64::from(F16_MAX))
-            .collect();
-        hot.sort_by(|a, b| b.grad.max_abs.total_cmp(&a.grad.max_abs));
-        params = hot.iter().map(|p| p.path.clone()).collect();
-    }
-    if params.is_empty()
-        && let Some(overflow) = &trial.overflow
-        && overflow.params.len() < report.params.len()
-    {
-        params = overflow.params.clone();
-    }
-    if forward.is_empty() && params.is_empty() {
-        return None;
-    }
-    let top = |path: &str| path.split('.').next().unwrap_or(path).to_string();
-    let mut held: Vec<(String, String)> = Vec::new();
-    for path in &params {
-        let field = top(path);
-        if let Some(found) = fields.iter().find(|(f, _)| *f == field)
-            && !held.contains(found)
-        {
-            held.push(found.clone());
-        }
-    }
-    Some(HotSpot {
-        forward,
-        params,
-        fields: held,
-        scale,
-    })
 }

@@ -8,11 +8,13 @@
 //! they must stay below [`F16_MAX`] at the scale and above f16's smallest subnormal, 2⁻²⁴.
 
 mod magnitudes;
+mod trial;
 mod verdict;
 
 pub use magnitudes::{
     BF16_MAX, BF16_MIN_NORMAL_EXP, F16_MAX, F16_MIN_NORMAL_EXP, F16_MIN_SUBNORMAL_EXP, Magnitudes,
 };
+pub use trial::{GRACE_STEPS, HotSpot, Remedy, Trial};
 pub use verdict::{FLUSH_LIMIT, MAX_SCALE_EXP, MIN_SCALE_EXP, Verdict, param_verdicts, verdicts};
 
 use std::fmt;
