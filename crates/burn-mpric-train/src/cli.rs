@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use burn_mpric::{MpSettings, Op, Policy, dtype_name};
 use clap::{Args, Parser, Subcommand};
 
-use crate::audit::{audit_recipe, table};
+use crate::audit::{audit_recipe_with_trials, table};
 use crate::backend::{ResolvePolicy, dispatch};
 use crate::error::Error;
 use crate::launch::{end_with_launcher, launch};
@@ -65,6 +65,9 @@ pub(crate) struct AuditArgs {
     /// Training steps to measure.
     #[arg(long, default_value_t = crate::audit::DEFAULT_AUDIT_STEPS)]
     pub(crate) steps: usize,
+    /// Steps of each trial: the recipe as written, then, when it skips, each remedy.
+    #[arg(long, default_value_t = crate::audit::DEFAULT_TRIAL_STEPS)]
+    pub(crate) trial_steps: usize,
     /// Override a recipe field, as for `train`.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub(crate) set: Vec<String>,
@@ -279,7 +282,7 @@ pub(crate) fn run(cli: Cli) -> Result<(), Error> {
         }
         Command::Audit(args) => {
             let plan = Plan::load(&args.recipe, &args.set)?;
-            let (found, files) = audit_recipe(&plan, args.steps)?;
+            let (found, files) = audit_recipe_with_trials(&plan, args.steps, args.trial_steps)?;
             if args.json {
                 emit(&format!("{}\n", found.to_json()?));
             } else {

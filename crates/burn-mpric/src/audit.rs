@@ -18,7 +18,8 @@ use burn_mpric_core::{FloatDType, OpCategory, PolicyDType};
 
 pub use burn_mpric_core::audit::{
     AuditReport, BF16_MAX, BF16_MIN_NORMAL_EXP, F16_MAX, F16_MIN_NORMAL_EXP, F16_MIN_SUBNORMAL_EXP,
-    FLUSH_LIMIT, Magnitudes, OpStats, ParamStats, Phase, Verdict,
+    FLUSH_LIMIT, GRACE_STEPS, HotSpot, Magnitudes, OpStats, ParamStats, Phase, Remedy, Trial,
+    Verdict,
 };
 
 use crate::MpSettings;

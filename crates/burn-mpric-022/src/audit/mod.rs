@@ -446,14 +446,7 @@ fn try_policy<M: Module>(
         LossScaler::noop()
     };
     let mut scaler = scaler.with_max_consecutive_skips(0);
-    let mut trial = Trial {
-        policy: policy.to_string(),
-        initial_scale,
-        steps: config.trial_steps,
-        skipped: Vec::new(),
-        overflow: None,
-        cause: None,
-    };
+    let mut trial = Trial::new(policy.to_string(), initial_scale, config.trial_steps);
     for step in 0..config.trial_steps {
         // The measured steps' batches, in order, again.
         let batch = step % config.steps;
@@ -461,21 +454,8 @@ fn try_policy<M: Module>(
             scaler.step_with(&mut optim, config.lr, model, |m| loss(m, &policy, batch));
         model = next;
         let outcome = outcome?;
-        if outcome.is_skipped() {
-            trial.skipped.push(step);
-            if trial.overflow.is_none() {
-                trial.overflow = outcome.overflow.clone();
-            }
-        }
-        // The first cause that no scale fixes, else the first one after the grace steps.
-        let fixed_by_scale = outcome.cause.as_ref().is_none_or(SkipCause::is_range);
-        let keep = match &trial.cause {
-            None => !fixed_by_scale || step >= GRACE_STEPS,
-            Some(kept) => kept.is_range() && !fixed_by_scale,
-        };
-        if keep && outcome.cause.is_some() {
-            trial.cause = outcome.cause;
-        }
+        let skipped = outcome.is_skipped();
+        trial.record(step, skipped, outcome.overflow.as_ref(), outcome.cause);
     }
     Ok(trial)
 }

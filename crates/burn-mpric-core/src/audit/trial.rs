@@ -39,6 +39,64 @@ pub struct Trial {
 }
 
 impl Trial {
+    /// An empty trial of `steps` steps at `policy` from `initial_scale`.
+    ///
+    /// ```
+    /// use burn_mpric_core::audit::Trial;
+    ///
+    /// assert!(Trial::new("mixed_f16", 1024.0, 8).trains());
+    /// ```
+    pub fn new(policy: impl Into<String>, initial_scale: f32, steps: usize) -> Self {
+        Self {
+            policy: policy.into(),
+            initial_scale,
+            steps,
+            skipped: Vec::new(),
+            overflow: None,
+            cause: None,
+        }
+    }
+
+    /// Records step `step` (from 0): whether it was skipped, the parameters that
+    /// overflowed and the probe's cause. The trial keeps the first overflow, and the first
+    /// cause no scale fixes, else the first cause after the [`GRACE_STEPS`].
+    ///
+    /// ```
+    /// use burn_mpric_core::audit::Trial;
+    /// use burn_mpric_core::scale::SkipCause;
+    ///
+    /// let mut trial = Trial::new("mixed_f16", 65536.0, 8);
+    /// let range = SkipCause::Range { scale: 65536.0, probe_scale: 1.0 / 256.0, zero: false };
+    /// trial.record(0, true, None, Some(range)); // backing off: not kept
+    /// assert!(trial.cause.is_none() && trial.trains());
+    /// let bug = SkipCause::LossNotFinite { scale: 32768.0, probe_scale: 1.0 / 256.0 };
+    /// trial.record(1, true, None, Some(bug.clone()));
+    /// assert_eq!(trial.cause, Some(bug));
+    /// assert!(!trial.trains());
+    /// ```
+    pub fn record(
+        &mut self,
+        step: usize,
+        skipped: bool,
+        overflow: Option<&Overflow>,
+        cause: Option<SkipCause>,
+    ) {
+        if skipped {
+            self.skipped.push(step);
+            if self.overflow.is_none() {
+                self.overflow = overflow.cloned();
+            }
+        }
+        let fixed_by_scale = cause.as_ref().is_none_or(SkipCause::is_range);
+        let keep = match &self.cause {
+            None => !fixed_by_scale || step >= GRACE_STEPS,
+            Some(kept) => kept.is_range() && !fixed_by_scale,
+        };
+        if keep && cause.is_some() {
+            self.cause = cause;
+        }
+    }
+
     /// Whether it trained without skips after the first [`GRACE_STEPS`], and no cause
     /// other than a range one was found.
     ///
@@ -61,7 +119,9 @@ impl fmt::Display for Trial {
         write!(
             f,
             "{} from a loss scale of {}: {} steps, ",
-            self.policy, self.initial_scale, self.steps
+            self.policy,
+            crate::scale::cause::power(self.initial_scale),
+            self.steps
         )?;
         let late = self.skipped.iter().filter(|&&s| s >= GRACE_STEPS).count();
         if self.skipped.is_empty() {

@@ -136,7 +136,8 @@ pub enum SkipCause {
     },
 }
 
-fn power(scale: f32) -> String {
+/// A scale as `2^k` when it is a power of two, else in scientific notation.
+pub(crate) fn power(scale: f32) -> String {
     let exp = f64::from(scale).log2();
     if exp.fract() == 0.0 {
         format!("2^{exp}")

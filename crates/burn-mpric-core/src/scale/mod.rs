@@ -20,7 +20,7 @@
 //! assert_eq!(scaler.scale(), 32768.0);
 //! ```
 
-mod cause;
+pub(crate) mod cause;
 mod clip;
 mod config;
 mod dynamic;

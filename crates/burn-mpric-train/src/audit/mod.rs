@@ -5,18 +5,25 @@
 
 mod fix;
 mod histogram;
+mod hot_spot;
 mod table;
+mod trial;
 
 pub use fix::set_lines;
 pub use histogram::histogram_svg;
+pub use hot_spot::OpHotSpot;
 pub use table::table;
+pub use trial::DEFAULT_TRIAL_STEPS;
 
 use std::cell::RefCell;
 use std::path::PathBuf;
 
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
-use burn_mpric::audit::{AuditConfig, AuditReport, audit, measurement_settings, supports_bf16};
+use burn_mpric::audit::{
+    AuditConfig, AuditReport, GRACE_STEPS, Remedy, Trial, audit, measurement_settings,
+    supports_bf16,
+};
 use burn_mpric::instrument::Instrumented;
 use burn_mpric::{MpSettings, ResolvedPolicy};
 use serde::Serialize;
@@ -47,6 +54,13 @@ pub struct RecipeAudit {
     /// For each verdict, in order, the `--set key=value` overrides that apply it to the
     /// recipe (none for a verdict no setting acts on).
     pub fixes: Vec<Vec<String>>,
+    /// The recipe as written, trained a few steps with each skipped step probed.
+    pub trial: Trial,
+    /// The ops the verdicts keep at full precision, with their place in the step.
+    pub hot_spots: Vec<OpHotSpot>,
+    /// When the trial failed, each verdict's overrides tried as a trial of their own (their
+    /// `lines` are `--set` overrides); empty when the recipe trains as written.
+    pub remedies: Vec<Remedy>,
 }
 
 impl RecipeAudit {
@@ -97,19 +111,63 @@ pub struct AuditFiles {
 /// # Ok::<(), burn_mpric_train::Error>(())
 /// ```
 pub fn audit_recipe(plan: &Plan, steps: usize) -> Result<(RecipeAudit, AuditFiles), Error> {
+    audit_recipe_with_trials(plan, steps, DEFAULT_TRIAL_STEPS)
+}
+
+/// [`audit_recipe`] with trials of `trial_steps` steps (more than
+/// [`GRACE_STEPS`](burn_mpric::audit::GRACE_STEPS)).
+///
+/// ```
+/// use burn_mpric_train::Plan;
+/// use burn_mpric_train::audit::audit_recipe_with_trials;
+///
+/// let recipe = concat!(env!("CARGO_MANIFEST_DIR"), "/../../recipes/quickstart.toml");
+/// let plan = Plan::load(recipe.as_ref(), &[])?;
+/// let err = audit_recipe_with_trials(&plan, 1, 2).unwrap_err();
+/// assert!(err.to_string().contains("--trial-steps"), "{err}");
+/// # Ok::<(), burn_mpric_train::Error>(())
+/// ```
+pub fn audit_recipe_with_trials(
+    plan: &Plan,
+    steps: usize,
+    trial_steps: usize,
+) -> Result<(RecipeAudit, AuditFiles), Error> {
     if steps == 0 {
         return Err(Error::Usage(
             "an audit measures at least one step; --steps must be at least 1".into(),
         ));
     }
+    if trial_steps <= GRACE_STEPS {
+        return Err(Error::Usage(format!(
+            "a trial runs more than {GRACE_STEPS} steps (the first {GRACE_STEPS} may skip while the scale fits); --trial-steps was {trial_steps}"
+        )));
+    }
     let task = AuditTask { plan, steps };
     let (report, policy) =
         dispatch(&plan.recipe.backend, task).map_err(|e| e.in_file(&plan.label))??;
-    let fixes = report
+    let fixes: Vec<Vec<String>> = report
         .verdicts
         .iter()
         .map(|v| set_lines(&plan.recipe, policy, v))
         .collect();
+    let trial = trial::run_trial(plan, trial_steps)?;
+    let mut remedies = Vec::new();
+    if !trial.trains() {
+        let mut tried: Vec<&Vec<String>> = Vec::new();
+        for (verdict, sets) in report.verdicts.iter().zip(&fixes) {
+            if sets.is_empty() || tried.contains(&sets) {
+                continue;
+            }
+            tried.push(sets);
+            let remedied = trial::with_sets(plan, sets)?;
+            remedies.push(Remedy {
+                what: verdict.to_string(),
+                lines: sets.clone(),
+                tried: Some(trial::run_trial(&remedied, trial_steps)?),
+            });
+        }
+    }
+    let hot_spots = OpHotSpot::find(&report);
     let found = RecipeAudit {
         recipe: plan.label.clone(),
         backend: format!(
@@ -119,6 +177,9 @@ pub fn audit_recipe(plan: &Plan, steps: usize) -> Result<(RecipeAudit, AuditFile
         ),
         report,
         fixes,
+        trial,
+        hot_spots,
+        remedies,
     };
     let output = plan.recipe.output.as_path();
     std::fs::create_dir_all(output).map_err(|e| Error::io(output, e))?;

@@ -161,6 +161,43 @@ pub fn table(found: &RecipeAudit) -> String {
             let _ = writeln!(o, "     code:   {line}");
         }
     }
+    let _ = writeln!(o);
+    let _ = writeln!(o, "trial of the recipe as written: {}", found.trial);
+    for spot in &found.hot_spots {
+        let _ = writeln!(o, "hot spot: {spot}");
+    }
+    if found.trial.trains() {
+        let _ = writeln!(o, "no remedy needed");
+    } else if found
+        .remedies
+        .iter()
+        .all(|r| !r.tried.as_ref().is_some_and(|t| t.trains()))
+    {
+        let _ = writeln!(o, "no remedy the audit could run trained without skips");
+    }
+    for remedy in &found.remedies {
+        let args: Vec<String> = remedy
+            .lines
+            .iter()
+            .map(|s| format!("--set {}", quoted(s)))
+            .collect();
+        let _ = writeln!(o, "remedy: {}", remedy.what);
+        let _ = writeln!(
+            o,
+            "     recipe: mpric train {} {}",
+            found.recipe,
+            args.join(" ")
+        );
+        match &remedy.tried {
+            Some(trial) if trial.trains() => {
+                let _ = writeln!(o, "     checked: {trial}");
+            }
+            Some(trial) => {
+                let _ = writeln!(o, "     tried, did not train: {trial}");
+            }
+            None => {}
+        }
+    }
     o
 }
 

@@ -254,3 +254,97 @@ fn bad_input_is_a_clear_error() {
         "nothing written for a failed audit"
     );
 }
+
+/// At f16 from a scale of 2^40 the recipe as written skips step after step: the trial says
+/// so, with its cause (a range problem: the gradients are finite at a far lower scale); each
+/// verdict's `--set` lines are tried as trials of their own and train without a skip after
+/// the first two; the same recipe at a sane scale needs no remedy.
+#[test]
+fn a_failing_recipe_gets_remedies_that_were_run() {
+    let dir = fresh_dir("audit-remedies");
+    let quickstart = recipes().join("quickstart.toml");
+    let quickstart = quickstart.to_str().unwrap();
+    let sets = [
+        "--set",
+        "policy=mixed_f16",
+        "--set",
+        "loss_scale={ initial_scale = 1099511627776.0 }",
+    ];
+    let audit = audit_json(&dir, quickstart, &sets);
+    let trial = &audit["trial"];
+    let skipped = trial["skipped"].as_array().unwrap();
+    assert!(skipped.len() > 2, "{trial}");
+    assert_eq!(trial["cause"]["cause"], "range", "{trial}");
+    let remedies = audit["remedies"].as_array().unwrap();
+    assert!(!remedies.is_empty(), "{audit}");
+    for remedy in remedies {
+        let tried = &remedy["tried"];
+        let late: Vec<_> = tried["skipped"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s.as_u64().unwrap() >= 2)
+            .collect();
+        assert!(late.is_empty(), "{remedy}");
+        assert!(
+            tried["cause"].is_null() || tried["cause"]["cause"] == "range",
+            "{remedy}"
+        );
+    }
+    let f16 = remedies
+        .iter()
+        .find(|r| {
+            r["lines"][0]
+                .as_str()
+                .unwrap()
+                .starts_with("loss_scale.initial_scale=")
+        })
+        .expect("the initial-scale remedy");
+    assert_eq!(f16["tried"]["policy"], "p=f32,c=f16,o=f32");
+
+    let mut args = vec!["audit", quickstart, "--set", "output=out"];
+    args.extend(sets);
+    let text = run_ok(&dir, &args);
+    assert!(
+        text.contains(
+            "trial of the recipe as written: p=f32,c=f16,o=f32 from a loss scale of 2^40: 8 steps"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("a range problem"), "{text}");
+    assert!(text.contains("     checked: "), "{text}");
+
+    let sane = audit_json(&dir, quickstart, &["--set", "policy=mixed_f16"]);
+    assert!(sane["remedies"].as_array().unwrap().is_empty(), "{sane}");
+    assert!(
+        run_ok(
+            &dir,
+            &[
+                "audit",
+                quickstart,
+                "--set",
+                "policy=mixed_f16",
+                "--set",
+                "output=out"
+            ]
+        )
+        .contains("no remedy needed")
+    );
+    let out = run(
+        &dir,
+        &[
+            "audit",
+            quickstart,
+            "--trial-steps",
+            "2",
+            "--set",
+            "output=out",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("--trial-steps was 2") && stderr.lines().count() == 1,
+        "{stderr}"
+    );
+}
