@@ -74,7 +74,8 @@ pub use overflow::find_overflow;
 pub use processes::DataParallel;
 pub use scaler::{CheckedGrads, LossScaler};
 pub use train::{
-    LossScaleMetric, LossStep, ScaleRecord, Scaled, ScaledOutput, ScalerHandle, SkippedStepsMetric,
+    LossScaleMetric, LossStep, ScaleRecord, Scaled, ScaledOutput, ScalerHandle, SkipCauseMetric,
+    SkippedStepsMetric,
 };
 
 #[doc(hidden)]

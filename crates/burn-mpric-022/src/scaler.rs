@@ -567,7 +567,13 @@ impl LossScaler {
         let scaled = self.scale_loss(loss(&module));
         let grads = GradientsParams::from_grads(scaled.backward(), &module);
         let mut probe = |module: &M, read: ProbeRead, scale: f32, params: Vec<String>| {
-            self_probe(module, read, scale, params, &mut loss)
+            let probe = Probe {
+                read,
+                loss_read: true,
+                scale,
+                params,
+            };
+            self_probe(module, probe, &mut loss)
         };
         self.step_inner(
             optim,
@@ -579,6 +585,61 @@ impl LossScaler {
         )
     }
 
+    /// The probe of a step already taken: when `outcome` was skipped, runs `loss` (the
+    /// step's batch, on `module` as it was) once at the probe's scale and returns the
+    /// [`SkipCause`]; `None` for an applied step. [`step_with`](Self::step_with) does this
+    /// itself; this is for loops, like burn-train's `Learner`, where the step and the batch
+    /// part ways.
+    ///
+    /// # Errors
+    ///
+    /// [`StepError`]: a failed read.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::nn::LinearConfig;
+    /// use burn::optim::{GradientsParams, SgdConfig};
+    /// use burn::tensor::{Device, Tensor};
+    /// use burn_mpric_022::LossScaler;
+    /// use burn_mpric_core::scale::SkipCause;
+    ///
+    /// let device = Device::flex().autodiff();
+    /// let model = LinearConfig::new(1, 1).with_bias(false).init(&device);
+    /// let x = Tensor::<2>::ones([1, 1], &device);
+    /// let broken = |m: &burn::nn::Linear| m.forward(x.clone()).mul_scalar(0.0).sqrt().sum();
+    /// let mut scaler = LossScaler::default();
+    /// let scaled = scaler.scale_loss(broken(&model));
+    /// let grads = GradientsParams::from_grads(scaled.backward(), &model);
+    /// let (model, outcome) = scaler.step_with_loss(&mut SgdConfig::new().init(), 0.1, model, grads, scaled);
+    /// let outcome = outcome.unwrap();
+    /// let cause = scaler.probe_cause(&model, &outcome, broken).unwrap();
+    /// assert!(matches!(cause, Some(SkipCause::ScaleInvariant { .. })));
+    /// ```
+    pub fn probe_cause<M: Module>(
+        &self,
+        module: &M,
+        outcome: &StepOutcome,
+        loss: impl FnOnce(&M) -> Tensor<1>,
+    ) -> Result<Option<SkipCause>, StepError> {
+        if !outcome.is_skipped() {
+            return Ok(None);
+        }
+        let read = ProbeRead::of(outcome.loss, false, false);
+        let params = outcome
+            .overflow
+            .as_ref()
+            .map(|o| o.params.clone())
+            .unwrap_or_default();
+        let probe = Probe {
+            read,
+            loss_read: outcome.loss.is_some(),
+            scale: outcome.scale_used,
+            params,
+        };
+        self_probe(module, probe, loss).map(Some)
+    }
+
     fn step_inner<M: Module, const D: usize>(
         &mut self,
         optim: &mut ModuleOptimizer,
@@ -586,7 +647,7 @@ impl LossScaler {
         module: M,
         grads: GradientsParams,
         scaled_loss: Option<Tensor<D>>,
-        probe: Option<&mut Probe<'_, M>>,
+        probe: Option<&mut ProbeStep<'_, M>>,
     ) -> (M, Result<StepOutcome, StepError>) {
         let checked = match self.check(&module, grads, scaled_loss) {
             Ok(checked) => checked,
@@ -801,17 +862,33 @@ fn sum_shards<M: Module>(module: &M, grads: MultiGradientsParams) -> GradientsPa
 }
 
 /// A step's probe: re-runs the batch at the probe scale and judges the cause.
-type Probe<'a, M> = dyn FnMut(&M, ProbeRead, f32, Vec<String>) -> Result<SkipCause, StepError> + 'a;
+type ProbeStep<'a, M> =
+    dyn FnMut(&M, ProbeRead, f32, Vec<String>) -> Result<SkipCause, StepError> + 'a;
 
-/// Runs `loss` once more at the probe scale for `read` (made at `scale`), unscales and checks
-/// its gradients without clipping, and judges the cause.
-fn self_probe<M: Module>(
-    module: &M,
+/// What a probe starts from: the step's read, made at `scale`, and the parameters it found
+/// not finite.
+struct Probe {
     read: ProbeRead,
+    /// Whether the step read its loss; when not, the probe's read of the same forward pass
+    /// stands for it.
+    loss_read: bool,
     scale: f32,
     params: Vec<String>,
-    loss: &mut impl FnMut(&M) -> Tensor<1>,
+}
+
+/// Runs `loss` once more at the probe scale, unscales and checks its gradients without
+/// clipping, and judges the cause.
+fn self_probe<M: Module>(
+    module: &M,
+    probe: Probe,
+    loss: impl FnOnce(&M) -> Tensor<1>,
 ) -> Result<SkipCause, StepError> {
+    let Probe {
+        mut read,
+        loss_read,
+        scale,
+        params,
+    } = probe;
     let probe_scale = read.probe_scale(scale);
     let value = loss(module);
     let value = match crate::dtype::plain_float(value.dtype()) {
@@ -823,6 +900,10 @@ fn self_probe<M: Module>(
     let mean = scaled.without_autodiff().cast(FloatDType::F32).mean();
     let checked = check_grads(module, grads, probe_scale, None, Some(mean))?;
     let probed = ProbeRead::of(checked.loss, checked.finite, checked.zero);
+    if !loss_read {
+        // The loss scale does not touch the forward pass: the loss is what the step's was.
+        read.loss_finite = probed.loss_finite;
+    }
     // The parameters still non-finite at the probe's scale (one more read, here only).
     let still = if checked.finite {
         Vec::new()

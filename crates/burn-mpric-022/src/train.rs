@@ -37,6 +37,6 @@ mod record;
 mod step;
 
 pub use handle::ScalerHandle;
-pub use metrics::{LossScaleMetric, SkippedStepsMetric};
+pub use metrics::{LossScaleMetric, SkipCauseMetric, SkippedStepsMetric};
 pub use record::{ScaleRecord, ScaledOutput};
 pub use step::{LossStep, Scaled};

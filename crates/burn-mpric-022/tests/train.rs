@@ -19,11 +19,11 @@ use burn::train::{
     SupervisedTraining, TrainingStrategy,
 };
 use burn_mpric_022::{
-    LossScaleMetric, LossScaler, LossStep, Scaled, ScalerHandle, SkippedStepsMetric, autocast,
-    cast_for_compute, cast_for_output,
+    LossScaleMetric, LossScaler, LossStep, Scaled, ScalerHandle, SkipCauseMetric,
+    SkippedStepsMetric, autocast, cast_for_compute, cast_for_output,
 };
 use burn_mpric_core::ResolvedPolicy;
-use burn_mpric_core::scale::LossScalePreset;
+use burn_mpric_core::scale::{LossScalePreset, SkipCause};
 use common::{dtypes, flex, param_bits, values};
 
 #[derive(Module, Debug)]
@@ -66,6 +66,10 @@ impl LossStep for Classifier {
     fn loss_step(&self, item: Self::Input) -> (Tensor<1>, ClassificationOutput) {
         let output = self.classify(item);
         (output.loss.clone(), output)
+    }
+
+    fn probe_copy(&self, item: &Self::Input) -> Option<Self::Input> {
+        Some(item.clone())
     }
 }
 
@@ -116,6 +120,7 @@ fn learner_skips_a_poisoned_step_and_each_item_carries_its_outcome() {
     let mut metrics = Metrics {
         scale: LossScaleMetric::new(),
         skipped: SkippedStepsMetric::new(),
+        cause: SkipCauseMetric::new(),
         loss: LossMetric::new(),
     };
     let run = |learner: &mut Learner<Scaled<Classifier>>, metrics: &mut Metrics, item| {
@@ -129,6 +134,7 @@ fn learner_skips_a_poisoned_step_and_each_item_carries_its_outcome() {
             .unwrap();
         metrics.scale.update(&item.record(), &metadata()).unwrap();
         metrics.skipped.update(&item.record(), &metadata()).unwrap();
+        metrics.cause.update(&item.record(), &metadata()).unwrap();
         item.record()
     };
 
@@ -149,6 +155,16 @@ fn learner_skips_a_poisoned_step_and_each_item_carries_its_outcome() {
     assert_eq!(handle.scale(), 16384.0);
     assert_eq!(metrics.scale.value().unwrap().current(), 32768.0);
     assert_eq!(metrics.skipped.value().unwrap().current(), 1.0);
+    // The batch ran once more at a far lower scale: an infinite input gives a loss that is
+    // not finite at any scale.
+    assert!(
+        matches!(
+            record.outcome.as_ref().unwrap().cause,
+            Some(SkipCause::LossNotFinite { .. })
+        ),
+        "{record:?}"
+    );
+    assert_eq!(metrics.cause.value().unwrap().current(), 2.0);
 
     let record = run(&mut learner, &mut metrics, batch(8, 32, &device));
     assert!(record.outcome.as_ref().unwrap().is_applied());
@@ -161,11 +177,13 @@ fn learner_skips_a_poisoned_step_and_each_item_carries_its_outcome() {
             .all(|(stored, _)| *stored == DType::F32)
     );
     assert!(metrics.loss.value().unwrap().current().is_finite());
+    assert_eq!(metrics.cause.value().unwrap().current(), 0.0);
 }
 
 struct Metrics {
     scale: LossScaleMetric,
     skipped: SkippedStepsMetric,
+    cause: SkipCauseMetric,
     loss: LossMetric,
 }
 

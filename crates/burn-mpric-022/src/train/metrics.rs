@@ -127,3 +127,29 @@ record_metric!(
     0,
     |record| record.skipped_total() as f64
 );
+
+record_metric!(
+    /// The probe's cause of each skipped step: 0 for an applied or unprobed step, 1 for a
+    /// range problem (a dynamic scale fixes it), 2 for a loss that is not finite (the forward
+    /// pass overflows or an op returns NaN), 3 for "not a range problem" (an op computes the
+    /// gradients wrongly whatever the scale). Steps are probed when the model's
+    /// [`LossStep::probe_copy`](crate::LossStep::probe_copy) keeps a copy of the batch.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::train::metric::Metric;
+    /// use burn_mpric_022::SkipCauseMetric;
+    ///
+    /// assert_eq!(SkipCauseMetric::new().name().as_str(), "Skip Cause");
+    /// ```
+    SkipCauseMetric,
+    "Skip Cause",
+    0,
+    |record| match record.outcome.as_ref().and_then(|o| o.cause.as_ref()) {
+        None => 0.0,
+        Some(burn_mpric_core::scale::SkipCause::Range { .. }) => 1.0,
+        Some(burn_mpric_core::scale::SkipCause::LossNotFinite { .. }) => 2.0,
+        Some(burn_mpric_core::scale::SkipCause::ScaleInvariant { .. }) => 3.0,
+    }
+);
