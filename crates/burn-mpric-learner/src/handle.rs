@@ -1,6 +1,8 @@
 //! [`ScalerHandle`]: one loss scaler shared by a model's clones, and the steps waiting for
 //! its decision.
 
+use std::any::Any;
+use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use burn::module::{
@@ -56,6 +58,19 @@ struct Shared {
     pending: Vec<StepSlot>,
     /// The other processes of a run across processes, whose gradients each step adds.
     parallel: Option<DataParallel>,
+    /// Copies of the pending steps' batches, for the probe of a skipped step.
+    probe: ProbeInputs,
+}
+
+/// The batches of the steps since the last optimizer step, kept for the probe of a skipped
+/// step ([`LossStep::probe_copy`](crate::LossStep::probe_copy)).
+#[derive(Default)]
+pub(crate) struct ProbeInputs(pub(crate) Vec<Box<dyn Any + Send>>);
+
+impl fmt::Debug for ProbeInputs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} batches kept for the probe", self.0.len())
+    }
 }
 
 impl ScalerHandle {
@@ -65,6 +80,7 @@ impl ScalerHandle {
             scaler,
             pending: Vec::new(),
             parallel: None,
+            probe: ProbeInputs::default(),
         })))
     }
 
@@ -188,6 +204,7 @@ impl ScalerHandle {
         }
         shared.scaler = restored;
         shared.pending.clear();
+        shared.probe.0.clear();
         Ok(())
     }
 
@@ -205,16 +222,23 @@ impl ScalerHandle {
 
     /// Runs one optimizer step with the scaler (`step` unscales, checks, steps or skips and
     /// updates the scale), then hands its outcome to every step that contributed gradients.
+    /// Keeps a copy of a step's batch for the probe of the next optimizer step.
+    pub(crate) fn keep_for_probe(&self, input: Box<dyn Any + Send>) {
+        self.lock().probe.0.push(input);
+    }
+
     pub(crate) fn optimizer_step<M>(
         &self,
         step: impl FnOnce(
             &mut LossScaler,
             Option<&mut DataParallel>,
+            ProbeInputs,
         ) -> (M, Result<StepOutcome, StepError>),
     ) -> M {
         let mut guard = self.lock();
         let shared = &mut *guard;
-        let (module, outcome) = step(&mut shared.scaler, shared.parallel.as_mut());
+        let kept = std::mem::take(&mut shared.probe);
+        let (module, outcome) = step(&mut shared.scaler, shared.parallel.as_mut(), kept);
         let pending = std::mem::take(&mut shared.pending);
         match outcome {
             Ok(outcome) => pending.iter().for_each(|slot| slot.decide(outcome.clone())),
@@ -222,6 +246,12 @@ impl ScalerHandle {
             Err(StepError::Transport(lost)) => {
                 drop(guard);
                 panic!("the run across processes stopped: {lost}")
+            }
+            // Every step skips: the run stops rather than go on in silence (burn-train's
+            // `TrainStep::optimize` cannot return an error).
+            Err(err @ StepError::Stalled { .. }) => {
+                drop(guard);
+                panic!("the run stopped: {err}")
             }
             // The device could not be read: nothing was applied and the scale is unchanged.
             Err(err) => log::warn!("loss-scaled step not applied: {err}"),

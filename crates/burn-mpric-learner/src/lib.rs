@@ -56,7 +56,7 @@ mod record;
 mod step;
 
 pub use handle::ScalerHandle;
-pub use metrics::{LossScaleMetric, OverflowedParamsMetric, SkippedStepsMetric};
+pub use metrics::{LossScaleMetric, OverflowedParamsMetric, SkipCauseMetric, SkippedStepsMetric};
 pub use record::{ScaleRecord, ScaledItem, ScaledOutput};
 pub use step::{LossStep, Scaled};
 

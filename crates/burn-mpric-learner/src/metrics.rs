@@ -9,6 +9,8 @@ use burn::train::metric::{
     SerializedEntry,
 };
 
+use burn_mpric::scale::SkipCause;
+
 use crate::ScaleRecord;
 
 macro_rules! record_metric {
@@ -105,6 +107,30 @@ record_metric!(
     "Skipped Steps",
     0,
     |record| record.skipped_total() as f64
+);
+
+record_metric!(
+    /// The probe's cause of each skipped step ([`SkipCause::metric_value`]): 0 for an
+    /// applied or unprobed step, 1 for a range problem (a dynamic scale fixes it), 2 for a
+    /// loss that is not finite (the forward pass overflows or an op returns NaN), 3 for "not a
+    /// range problem" (an op computes the gradients wrongly whatever the scale). Steps are
+    /// probed when the model's [`LossStep::probe_copy`](crate::LossStep::probe_copy) keeps a
+    /// copy of the batch.
+    ///
+    /// ```
+    /// use burn::train::metric::Metric;
+    /// use burn_mpric_learner::SkipCauseMetric;
+    ///
+    /// assert_eq!(SkipCauseMetric::new().name().as_str(), "Skip Cause");
+    /// ```
+    SkipCauseMetric,
+    "Skip Cause",
+    0,
+    |record| record
+        .outcome
+        .as_ref()
+        .and_then(|o| o.cause.as_ref())
+        .map_or(0.0, SkipCause::metric_value)
 );
 
 /// The parameters whose gradients held inf or NaN in the logged step, by their module path

@@ -45,6 +45,15 @@ pub trait LossStep<B: AutodiffBackend> {
 
     /// The loss of `item` (before any scaling) and the metrics item.
     fn loss_step(&self, item: Self::Input) -> (Tensor<B, 1>, Self::Output);
+
+    /// A copy of `item` for the probe of a skipped step: its batch runs once more at a far
+    /// lower scale, and [`SkipCauseMetric`](crate::SkipCauseMetric) shows whether the problem
+    /// moves with the scale ([`SkipCause`](burn_mpric::scale::SkipCause)). `None` (the
+    /// default) leaves skipped steps unprobed. A batch of tensors clones cheaply (a reference
+    /// count): `Some(item.clone())`. Probed on one device without processes only.
+    fn probe_copy(&self, _item: &Self::Input) -> Option<Self::Input> {
+        None
+    }
 }
 
 /// A model trained with loss scaling by burn-train's `Learner`. Its parameters are the
@@ -257,6 +266,9 @@ where
     type Output = ScaledOutput<M::Output>;
 
     fn step(&self, item: Self::Input) -> TrainOutput<Self::Output> {
+        if let Some(copy) = self.model.probe_copy(&item) {
+            self.scaler.keep_for_probe(Box::new(copy));
+        }
         let (loss, output) = self.model.loss_step(item);
         let (scaled, slot) = self.scaler.scale_loss(loss);
         TrainOutput::new(self, scaled.backward(), ScaledOutput::new(output, slot))
@@ -271,7 +283,8 @@ where
         Self: AutodiffModule<B2>,
     {
         let handle = self.scaler.clone();
-        handle.optimizer_step(|scaler, parallel| {
+        handle.optimizer_step(|scaler, parallel, mut kept| {
+            let alone = parallel.is_none();
             let grads = match parallel {
                 None => grads,
                 Some(p) => match p.sum_grads::<B2, Self>(&self, grads) {
@@ -279,7 +292,25 @@ where
                     Err(e) => return (self, Err(e)),
                 },
             };
-            scaler.step::<B2, Self, O>(optim, lr, self, grads)
+            let (model, outcome) = scaler.step::<B2, Self, O>(optim, lr, self, grads);
+            // One batch on one device: a skipped step's batch runs once more.
+            let batch = match (alone, kept.0.len()) {
+                (true, 1) => kept.0.pop().and_then(|b| b.downcast::<M::Input>().ok()),
+                _ => None,
+            };
+            let outcome = match (outcome, batch) {
+                (Ok(outcome), Some(batch)) if outcome.is_skipped() => {
+                    let probed = scaler
+                        .probe_cause::<B, Self>(&model, &outcome, |m| m.model.loss_step(*batch).0);
+                    match probed {
+                        Ok(Some(cause)) => Ok(outcome.with_cause(cause)),
+                        Ok(None) => Ok(outcome),
+                        Err(e) => Err(e),
+                    }
+                }
+                (outcome, _) => outcome,
+            };
+            (model, outcome)
         })
     }
 
@@ -291,7 +322,7 @@ where
         Self: AutodiffModule<B2>,
     {
         let handle = self.scaler.clone();
-        handle.optimizer_step(|scaler, parallel| {
+        handle.optimizer_step(|scaler, parallel, _kept| {
             let grads = match parallel {
                 None => grads,
                 Some(parallel) => match parallel.sum_multi_grads::<B2, Self>(&self, grads) {

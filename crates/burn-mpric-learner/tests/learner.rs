@@ -78,6 +78,13 @@ fn per_step_logs_equal_the_scalers_decisions_when_metrics_run_behind() {
     let skips = all_logs(&run, EPOCHS, "Skipped_Steps");
     let logged: Vec<(f64, f64)> = scales.into_iter().zip(skips).collect();
     assert_eq!(logged, expected);
+    // Each poisoned batch ran once more at a far lower scale: an infinite input gives a loss
+    // that is not finite at any scale (2); every other step has no cause (0).
+    let causes = all_logs(&run, EPOCHS, "Skip_Cause");
+    let expected_causes: Vec<f64> = (0..EPOCHS * steps_per_epoch)
+        .map(|s| if skipped.contains(&s) { 2.0 } else { 0.0 })
+        .collect();
+    assert_eq!(causes, expected_causes);
 
     // The metrics really ran behind: items were read two steps after their own.
     let lags = lags.lock().unwrap();

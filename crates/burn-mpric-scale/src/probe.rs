@@ -14,6 +14,63 @@ use crate::overflow::find_overflow;
 use crate::scaler::{LossScaler, mean_at_f32};
 
 impl LossScaler {
+    /// The probe of a step already taken: when `outcome` was skipped, runs `loss` (the step's
+    /// batch, on `module` as it was) once at the probe's scale and returns the
+    /// [`SkipCause`]; `None` for an applied step. [`step_with`](Self::step_with) does this
+    /// itself; this is for loops, like burn-train's `Learner`, where the step and the batch
+    /// part ways.
+    ///
+    /// # Errors
+    ///
+    /// [`StepError`]: a failed read.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::optim::{GradientsParams, SgdConfig};
+    /// use burn::tensor::Tensor;
+    /// use burn_mpric_scale::{LossScaler, SkipCause};
+    ///
+    /// type B = Autodiff<Flex>;
+    /// let device = Default::default();
+    /// let model: Linear<B> = LinearConfig::new(1, 1).with_bias(false).init(&device);
+    /// let x = Tensor::<B, 2>::ones([1, 1], &device);
+    /// let broken = |m: &Linear<B>| m.forward(x.clone()).mul_scalar(0.0).sqrt().sum();
+    /// let mut scaler = LossScaler::default();
+    /// let scaled = scaler.scale_loss(broken(&model));
+    /// let grads = GradientsParams::from_grads(scaled.backward(), &model);
+    /// let (model, outcome) = scaler.step(&mut SgdConfig::new().init(), 0.1, model, grads);
+    /// let cause = scaler.probe_cause(&model, &outcome.unwrap(), broken).unwrap();
+    /// assert!(matches!(cause, Some(SkipCause::ScaleInvariant { .. })));
+    /// ```
+    pub fn probe_cause<B, M>(
+        &self,
+        module: &M,
+        outcome: &StepOutcome,
+        loss: impl FnOnce(&M) -> Tensor<B, 1>,
+    ) -> Result<Option<SkipCause>, StepError>
+    where
+        B: AutodiffBackend,
+        M: AutodiffModule<B>,
+    {
+        if !outcome.is_skipped() {
+            return Ok(None);
+        }
+        let start = Probe {
+            read: ProbeRead::of(outcome.loss, false, false),
+            loss_read: outcome.loss.is_some(),
+            scale: outcome.scale_used,
+            params: outcome
+                .overflow
+                .as_ref()
+                .map(|o| o.params.clone())
+                .unwrap_or_default(),
+        };
+        probe::<B, M>(module, start, loss).map(Some)
+    }
+
     /// One step that runs `loss` itself (the forward pass and the loss of one batch, the same
     /// batch each time it is called): scale, backward, unscale and check, and on a step whose
     /// gradients are not finite, or all exactly zero while the loss is not, the same batch
@@ -78,7 +135,13 @@ impl LossScaler {
                     .map(|o| o.params)
                     .unwrap_or_default()
             };
-            match probe::<B, M>(&module, read, self.scale(), params, &mut loss) {
+            let start = Probe {
+                read,
+                loss_read: true,
+                scale: self.scale(),
+                params,
+            };
+            match probe::<B, M>(&module, start, &mut loss) {
                 Ok(cause) => Some(cause),
                 Err(err) => return (module, Err(err)),
             }
@@ -103,28 +166,48 @@ impl LossScaler {
     }
 }
 
-/// Runs `loss` once more at the probe scale for `read` (made at `scale`), checks its
-/// gradients without clipping, and judges the cause; `params` are the step's non-finite ones.
-fn probe<B, M>(
-    module: &M,
+/// What a probe starts from: the step's read, made at `scale`, and the parameters it found
+/// not finite.
+struct Probe {
     read: ProbeRead,
+    /// Whether the step read its loss; when not, the probe's read of the same forward pass
+    /// stands for it.
+    loss_read: bool,
     scale: f32,
     params: Vec<String>,
-    loss: &mut impl FnMut(&M) -> Tensor<B, 1>,
+}
+
+/// Runs `loss` once more at the probe scale, checks its gradients without clipping, and
+/// judges the cause.
+fn probe<B, M>(
+    module: &M,
+    start: Probe,
+    loss: impl FnOnce(&M) -> Tensor<B, 1>,
 ) -> Result<SkipCause, StepError>
 where
     B: AutodiffBackend,
     M: AutodiffModule<B>,
 {
+    let Probe {
+        mut read,
+        loss_read,
+        scale,
+        params,
+    } = start;
     let probe_scale = read.probe_scale(scale);
     let prober = LossScaler::fixed(probe_scale).unwrap_or_else(|_| LossScaler::noop());
     let scaled = prober.scale_loss(loss(module));
     let grads = GradientsParams::from_grads(scaled.backward(), module);
     let checked = prober.check(module, grads, Some(scaled))?;
+    let probed = checked.probe_read();
+    if !loss_read {
+        // The loss scale does not touch the forward pass: the loss is what the step's was.
+        read.loss_finite = probed.loss_finite;
+    }
     let still = checked.overflow.as_ref().map_or(&[][..], |o| &o.params[..]);
     Ok(SkipCause::judge(
         read,
-        checked.probe_read(),
+        probed,
         scale,
         probe_scale,
         params,

@@ -146,10 +146,9 @@ record_metric!(
     SkipCauseMetric,
     "Skip Cause",
     0,
-    |record| match record.outcome.as_ref().and_then(|o| o.cause.as_ref()) {
-        None => 0.0,
-        Some(burn_mpric_core::scale::SkipCause::Range { .. }) => 1.0,
-        Some(burn_mpric_core::scale::SkipCause::LossNotFinite { .. }) => 2.0,
-        Some(burn_mpric_core::scale::SkipCause::ScaleInvariant { .. }) => 3.0,
-    }
+    |record| record
+        .outcome
+        .as_ref()
+        .and_then(|o| o.cause.as_ref())
+        .map_or(0.0, burn_mpric_core::scale::SkipCause::metric_value)
 );

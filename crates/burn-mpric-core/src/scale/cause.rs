@@ -214,6 +214,23 @@ impl SkipCause {
         }
     }
 
+    /// Its value in a numeric metric (burn-train's `Learner`): 1 for a range problem, 2 for
+    /// a loss that is not finite, 3 for "not a range problem"; a step without a cause logs 0.
+    ///
+    /// ```
+    /// use burn_mpric_core::scale::SkipCause;
+    ///
+    /// let cause = SkipCause::ScaleInvariant { scale: 2.0, probe_scale: 1.0 / 256.0, zero: false, params: vec![] };
+    /// assert_eq!(cause.metric_value(), 3.0);
+    /// ```
+    pub fn metric_value(&self) -> f64 {
+        match self {
+            SkipCause::Range { .. } => 1.0,
+            SkipCause::LossNotFinite { .. } => 2.0,
+            SkipCause::ScaleInvariant { .. } => 3.0,
+        }
+    }
+
     /// Whether a loss scale can fix it.
     ///
     /// ```

@@ -20,7 +20,9 @@ use burn::train::{
 };
 use burn_mpric::scale::{LossScaleConfig, LossScaler};
 use burn_mpric::{MixedPrecision, MpDevice, Policy};
-use burn_mpric_learner::{LossScaleMetric, LossStep, Scaled, ScalerHandle, SkippedStepsMetric};
+use burn_mpric_learner::{
+    LossScaleMetric, LossStep, Scaled, ScalerHandle, SkipCauseMetric, SkippedStepsMetric,
+};
 
 pub type Mp = MixedPrecision<Flex>;
 pub type Ad = Autodiff<Mp>;
@@ -90,6 +92,10 @@ impl<B: AutodiffBackend> LossStep<B> for Classifier<B> {
     fn loss_step(&self, (x, y): Self::Input) -> (Tensor<B, 1>, Self::Output) {
         let out = self.classify(x, y);
         (out.loss.clone(), out)
+    }
+
+    fn probe_copy(&self, item: &Self::Input) -> Option<Self::Input> {
+        Some(item.clone())
     }
 }
 
@@ -267,6 +273,7 @@ where
     training = training
         .metric_train_numeric(LossScaleMetric::new())
         .metric_train_numeric(SkippedStepsMetric::new())
+        .metric_train_numeric(SkipCauseMetric::new())
         .metric_train_numeric(LossMetric::new())
         .metric_valid_numeric(AccuracyMetric::new())
         .num_epochs(run.epochs);
