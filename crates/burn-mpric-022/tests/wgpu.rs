@@ -95,3 +95,70 @@ fn f16_training_on_wgpu_matches_flex() {
     assert_eq!(param_bits(&model), params);
     assert_eq!(optim.into_bytes().unwrap().to_vec(), state);
 }
+
+/// The probe on Wgpu at f16: a gradient overflow moves with the scale, a planted op that
+/// returns NaN whatever its input is a loss that is not finite at any scale (Wgpu computes
+/// sqrt's gradient at 0 times 0 as 0, so the backward-only plant of the Flex tests stays
+/// finite here), and the audit (measured at f32 where the
+/// adapter has no bf16) locates a hot first layer and tries its remedies there.
+#[test]
+fn the_probe_and_the_audit_tell_the_causes_apart_on_wgpu() {
+    use burn::nn::{Linear, LinearConfig};
+    use burn_mpric_022::audit::{AuditConfig, audit};
+    use burn_mpric_022::{cast_for_compute, cast_for_output};
+    use burn_mpric_core::scale::SkipCause;
+
+    let Some(device) = wgpu("the_probe_and_the_audit_tell_the_causes_apart_on_wgpu") else {
+        return;
+    };
+    let device = device.autodiff();
+    let policy: ResolvedPolicy = "mixed_f16".parse().unwrap();
+    let x = matrix(5, 8, 4, &flex()).to_device(&device);
+    let cause = |gain: f32, nan_op: bool| {
+        let model = autocast(LinearConfig::new(4, 4).init(&device), policy).unwrap();
+        let mut scaler = LossScaler::for_policy(LossScalePreset::Auto, &policy).unwrap();
+        let (_, outcome) =
+            scaler.step_with(&mut AdamConfig::new().init(), 1e-3, model, |m: &Linear| {
+                let h = m.forward(cast_for_compute(x.clone(), &policy));
+                let h = if nan_op { h.mul_scalar(f32::NAN) } else { h };
+                cast_for_output(h, &policy).sum().mul_scalar(gain)
+            });
+        outcome.unwrap().cause
+    };
+    // Gradients of gain * 2^15 * (the batch's column sums, about 8).
+    assert_eq!(
+        cause(1.0 / 64.0, false),
+        None,
+        "a healthy step is not probed"
+    );
+    assert!(matches!(cause(64.0, false), Some(SkipCause::Range { .. })));
+    let bug = cause(1.0 / 64.0, true);
+    assert!(
+        matches!(bug, Some(SkipCause::LossNotFinite { .. })),
+        "{bug:?}"
+    );
+
+    // Raw inputs of 3e4: the weight's gradient overflows f16 at any scale.
+    let raw = x.clone().mul_scalar(3e4);
+    let first = LinearConfig::new(4, 4).init(&device);
+    let first = Linear {
+        weight: first
+            .weight
+            .map(|w| w.mul_scalar(1e-5).detach().require_grad()),
+        ..first
+    };
+    let found = audit(
+        first,
+        || AdamConfig::new().init(),
+        policy,
+        AuditConfig::new(2),
+        |m: &Linear, p, _| {
+            let h = cast_for_output(m.forward(cast_for_compute(raw.clone(), p)), p);
+            h.square().sum().mul_scalar(16.0)
+        },
+    )
+    .unwrap();
+    assert!(!found.f16_trains(), "{found}");
+    let spot = found.hot_spot.as_ref().expect("a hot spot");
+    assert_eq!(spot.params[0], "weight", "{found}");
+}

@@ -193,3 +193,54 @@ fn packed_gradients_on_wgpu_come_back_unscaled_and_a_single_infinity_anywhere_is
         }
     }
 }
+
+/// The probe of `step_with` on Wgpu at f16 (the packed sums of magnitudes read once): a
+/// gradient overflow moves with the scale, a planted op returning NaN whatever its input is
+/// a loss that is not finite at any scale, a healthy step is not re-run.
+#[test]
+fn step_with_tells_an_overflow_from_a_nan_op_on_wgpu() {
+    use burn::backend::Autodiff;
+    use burn::nn::{Linear, LinearConfig};
+    use burn::optim::SgdConfig;
+    use burn_mpric::scale::{LossScaler, SkipCause};
+
+    type B = Autodiff<Mp>;
+    let device = Mp::device(Default::default(), "mixed_f16".parse::<Policy>().unwrap())
+        .expect("a Vulkan adapter with shaderFloat16 (install mesa-vulkan-drivers)");
+    let x = Tensor::<B, 2>::from_data(
+        TensorData::new(
+            (0..32).map(|i| (i % 7) as f32 * 0.3 - 0.9).collect(),
+            [8, 4],
+        ),
+        &device,
+    );
+    let cause = |gain: f32, nan_op: bool| {
+        let model: Linear<B> = LinearConfig::new(4, 4).init(&device);
+        let mut runs = 0;
+        let (_, outcome) = LossScaler::default().step_with(
+            &mut SgdConfig::new().init(),
+            1e-3,
+            model,
+            |m: &Linear<B>| {
+                runs += 1;
+                let h = m.forward(x.clone());
+                let h = if nan_op { h.mul_scalar(f32::NAN) } else { h };
+                h.sum().mul_scalar(gain)
+            },
+        );
+        (outcome.unwrap().cause, runs)
+    };
+    // Gradients of gain * 2^15 * (column sums of the batch, at most about 8).
+    assert_eq!(cause(1.0 / 64.0, false), (None, 1));
+    let (overflow, runs) = cause(64.0, false);
+    assert!(
+        matches!(overflow, Some(SkipCause::Range { .. })),
+        "{overflow:?}"
+    );
+    assert_eq!(runs, 2);
+    let (nan, _) = cause(1.0 / 64.0, true);
+    assert!(
+        matches!(nan, Some(SkipCause::LossNotFinite { .. })),
+        "{nan:?}"
+    );
+}
