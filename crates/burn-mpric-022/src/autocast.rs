@@ -282,6 +282,14 @@ impl<M: Module + ModuleDisplay> FullPrecision<M> {
     ) -> O {
         let back = input.float_dtype();
         let output = forward(&self.inner, input.cast_float(self.dtype()));
+        // Under a precision audit: the output before it is cast back, the value a half
+        // policy must hold.
+        if crate::audit::observing_now() {
+            let ty = std::any::type_name::<M>();
+            let ty = ty.split('<').next().unwrap_or(ty);
+            let ty = ty.rsplit("::").next().unwrap_or(ty);
+            output.observe_floats(&format!("FullPrecision<{ty}> output"));
+        }
         match back {
             Some(dtype) => output.cast_float(dtype),
             None => output,

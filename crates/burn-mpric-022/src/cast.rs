@@ -37,6 +37,10 @@ pub trait CastFloat: Sized {
 
     /// The dtype of the first plain float tensor inside, if any.
     fn float_dtype(&self) -> Option<FloatDType>;
+
+    /// Hands its float tensors to a precision audit running on this thread, under `name`
+    /// ([`audit::observe`](crate::audit::observe)); outside an audit, nothing.
+    fn observe_floats(&self, _name: &str) {}
 }
 
 impl<const D: usize> CastFloat for Tensor<D, Float> {
@@ -49,6 +53,10 @@ impl<const D: usize> CastFloat for Tensor<D, Float> {
 
     fn float_dtype(&self) -> Option<FloatDType> {
         plain_float(self.dtype())
+    }
+
+    fn observe_floats(&self, name: &str) {
+        crate::audit::observe(name, self);
     }
 }
 
@@ -88,6 +96,12 @@ impl<T: CastFloat> CastFloat for Option<T> {
     fn float_dtype(&self) -> Option<FloatDType> {
         self.as_ref().and_then(CastFloat::float_dtype)
     }
+
+    fn observe_floats(&self, name: &str) {
+        if let Some(value) = self {
+            value.observe_floats(name);
+        }
+    }
 }
 
 impl<T: CastFloat> CastFloat for Vec<T> {
@@ -100,6 +114,10 @@ impl<T: CastFloat> CastFloat for Vec<T> {
     fn float_dtype(&self) -> Option<FloatDType> {
         self.iter().find_map(CastFloat::float_dtype)
     }
+
+    fn observe_floats(&self, name: &str) {
+        self.iter().for_each(|value| value.observe_floats(name));
+    }
 }
 
 impl<T: CastFloat, const N: usize> CastFloat for [T; N] {
@@ -109,6 +127,10 @@ impl<T: CastFloat, const N: usize> CastFloat for [T; N] {
 
     fn float_dtype(&self) -> Option<FloatDType> {
         self.iter().find_map(CastFloat::float_dtype)
+    }
+
+    fn observe_floats(&self, name: &str) {
+        self.iter().for_each(|value| value.observe_floats(name));
     }
 }
 
@@ -125,6 +147,12 @@ macro_rules! tuple_cast {
             fn float_dtype(&self) -> Option<FloatDType> {
                 let ($($name,)+) = self;
                 None$(.or_else(|| $name.float_dtype()))+
+            }
+
+            #[allow(non_snake_case)]
+            fn observe_floats(&self, name: &str) {
+                let ($($name,)+) = self;
+                $($name.observe_floats(name);)+
             }
         }
     };

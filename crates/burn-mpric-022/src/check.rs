@@ -15,11 +15,13 @@ use crate::error::StepError;
 /// What each gradient is reduced to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CheckKind {
-    /// The sum of its magnitudes at f32: finite exactly when every element is, as an
-    /// infinity or NaN anywhere makes the sum one (finite f32 gradients whose sum exceeds
-    /// `f32::MAX` count as non-finite too; a run there has diverged anyway), and zero exactly
-    /// when every element is.
+    /// Its sum at f32: finite exactly when every element is, as an infinity or NaN anywhere
+    /// makes the sum one (finite f32 gradients whose sum exceeds `f32::MAX` count as
+    /// non-finite too; a run there has diverged anyway).
     Sum,
+    /// The sum of its magnitudes at f32: finite exactly when every element is, and zero
+    /// exactly when every element is (one more pass, paid by `LossScaler::step_with` only).
+    MagnitudeSum,
     /// Its largest magnitude `m` and `sum((g / m)^2)`: finite exactly when every element is,
     /// and its share `m^2 * sum((g / m)^2)` of the squared global norm, which no finite
     /// gradient can overflow (the host adds the shares in f64).
@@ -116,7 +118,8 @@ impl ModuleVisitor for GradCheck<'_> {
             // overflowed on the way back to f16 is caught too.
             let flat = out.clone().cast(wide).reshape([count]);
             match self.kind {
-                CheckKind::Sum => self.checks.push(flat.abs().sum().cast(FloatDType::F32)),
+                CheckKind::Sum => self.checks.push(flat.sum().cast(FloatDType::F32)),
+                CheckKind::MagnitudeSum => self.checks.push(flat.abs().sum().cast(FloatDType::F32)),
                 CheckKind::Norm => {
                     let largest = flat.clone().abs().max();
                     let divisor = largest.clone().clamp_min(f32::MIN_POSITIVE);
@@ -133,7 +136,7 @@ impl ModuleVisitor for GradCheck<'_> {
 /// What the step's one read returned.
 pub(crate) struct Read {
     pub(crate) finite: bool,
-    /// Every gradient exactly zero (and at least one gradient).
+    /// Every gradient exactly zero (and at least one gradient), where the kind tells it.
     pub(crate) zero: bool,
     pub(crate) loss: Option<f32>,
     /// The global norm in f64 ([`CheckKind::Norm`] with at least one gradient): infinite when
@@ -171,9 +174,13 @@ pub(crate) fn read_checks(
     }
     let (loss, checks) = values.split_at(usize::from(has_loss));
     let finite = checks.iter().all(|value| value.is_finite());
-    // Sum: each check is a sum of magnitudes; Norm: the largest magnitude comes first.
-    let step = if kind == CheckKind::Norm { 2 } else { 1 };
-    let zero = !checks.is_empty() && checks.iter().step_by(step).all(|value| *value == 0.0);
+    // Sums of magnitudes, or largest magnitudes (first of each Norm pair), are zero only for
+    // zero gradients; plain sums can cancel.
+    let zero = match kind {
+        CheckKind::Sum => false,
+        CheckKind::MagnitudeSum => !checks.is_empty() && checks.iter().all(|v| *v == 0.0),
+        CheckKind::Norm => !checks.is_empty() && checks.iter().step_by(2).all(|v| *v == 0.0),
+    };
     let norm = match kind {
         CheckKind::Norm if !checks.is_empty() => Some(global_norm(checks)),
         _ => None,

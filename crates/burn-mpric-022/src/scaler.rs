@@ -352,6 +352,18 @@ impl LossScaler {
         grads: GradientsParams,
         scaled_loss: Option<Tensor<D>>,
     ) -> Result<CheckedGrads, StepError> {
+        self.check_inner(module, grads, scaled_loss, false)
+    }
+
+    /// [`check`](Self::check); with `zeros`, the sums are of magnitudes, so that gradients
+    /// that are all zero are told (one more pass, for the probe of `step_with`).
+    fn check_inner<M: Module, const D: usize>(
+        &self,
+        module: &M,
+        grads: GradientsParams,
+        scaled_loss: Option<Tensor<D>>,
+        zeros: bool,
+    ) -> Result<CheckedGrads, StepError> {
         let loss = scaled_loss.map(|loss| loss.without_autodiff().cast(FloatDType::F32).mean());
         let Checked {
             grads,
@@ -359,7 +371,7 @@ impl LossScaler {
             zero,
             loss,
             grad_norm,
-        } = check_grads(module, grads, self.scale(), self.clip(), loss)?;
+        } = check_grads(module, grads, self.scale(), self.clip(), loss, zeros)?;
         // Only a skipped step pays for the names: one more read.
         let overflow = if finite {
             None
@@ -649,7 +661,7 @@ impl LossScaler {
         scaled_loss: Option<Tensor<D>>,
         probe: Option<&mut ProbeStep<'_, M>>,
     ) -> (M, Result<StepOutcome, StepError>) {
-        let checked = match self.check(&module, grads, scaled_loss) {
+        let checked = match self.check_inner(&module, grads, scaled_loss, probe.is_some()) {
             Ok(checked) => checked,
             Err(err) => return (module, Err(err)),
         };
@@ -761,7 +773,8 @@ pub struct CheckedGrads {
     /// Whether every gradient was finite (and, with clipping on, the global norm finite and
     /// representable in f32).
     pub finite: bool,
-    /// Whether every gradient was exactly zero (a module with no gradient counts as not).
+    /// Whether every gradient was exactly zero, where the check looked: with clipping on (the
+    /// largest magnitudes tell it) and in [`LossScaler::step_with`]; `false` otherwise.
     pub zero: bool,
     /// The mean of the scaled loss at f32, when one was given (still scaled:
     /// [`LossScaler::finish`] divides it by the scale that was used).
@@ -788,7 +801,8 @@ impl CheckedGrads {
     ///
     /// let device = Device::flex().autodiff();
     /// let model = LinearConfig::new(1, 1).with_bias(false).init(&device);
-    /// let scaler = LossScaler::noop();
+    /// // With clipping on, the largest magnitudes also tell gradients that are all zero.
+    /// let scaler = LossScaler::noop().with_clip_norm(1.0).unwrap();
     /// let scaled = model.forward(Tensor::<2>::zeros([1, 1], &device)).sum().add_scalar(1.0);
     /// let grads = GradientsParams::from_grads(scaled.backward(), &model);
     /// let read = scaler.check(&model, grads, Some(scaled)).unwrap().probe_read();
@@ -806,11 +820,12 @@ fn check_grads<M: Module>(
     scale: f32,
     clip: Option<ClipNorm>,
     loss: Option<Tensor<1>>,
+    zeros: bool,
 ) -> Result<Checked, StepError> {
-    let kind = if clip.is_some() {
-        CheckKind::Norm
-    } else {
-        CheckKind::Sum
+    let kind = match (clip.is_some(), zeros) {
+        (true, _) => CheckKind::Norm,
+        (false, true) => CheckKind::MagnitudeSum,
+        (false, false) => CheckKind::Sum,
     };
     let mut visitor = GradCheck::new(&mut grads, scale, kind);
     module.visit(&mut visitor);
@@ -898,7 +913,7 @@ fn self_probe<M: Module>(
     let scaled = value.mul_scalar(probe_scale);
     let grads = GradientsParams::from_grads(scaled.backward(), module);
     let mean = scaled.without_autodiff().cast(FloatDType::F32).mean();
-    let checked = check_grads(module, grads, probe_scale, None, Some(mean))?;
+    let checked = check_grads(module, grads, probe_scale, None, Some(mean), true)?;
     let probed = ProbeRead::of(checked.loss, checked.finite, checked.zero);
     if !loss_read {
         // The loss scale does not touch the forward pass: the loss is what the step's was.

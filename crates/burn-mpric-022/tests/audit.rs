@@ -243,3 +243,58 @@ fn bad_input_is_one_clear_error() {
         "{text}"
     );
 }
+
+/// A `FullPrecision` field computes at f32 but hands its output back at the compute dtype:
+/// an output over f16's range is seen by the audit (measured before the cast back) and named
+/// as the forward value that overflows, and the trial at f16 does not train.
+#[test]
+fn a_full_precision_output_over_f16_is_named() {
+    let device = flex().autodiff();
+    let (_, body, head) = layers(&device);
+    let first = LinearConfig::new(4, 8).init(&device);
+    // Outputs of about 1e5: fine at f32 inside the wrapper, inf once cast back to f16.
+    let first = Linear {
+        weight: first
+            .weight
+            .map(|w| w.mul_scalar(3e5).detach().require_grad()),
+        ..first
+    };
+    let kept = Kept {
+        first: FullPrecision::new(first),
+        body,
+        head,
+    };
+    let loss = |m: &Kept, policy: &ResolvedPolicy, step: usize| {
+        let (x, y) = batch(step, &m.head.weight.device());
+        let h = m
+            .first
+            .forward_with(cast_for_compute(x.div_scalar(RAW), policy), |l, x| {
+                l.forward(x)
+            });
+        let prediction = cast_for_output(m.head.forward(m.body.forward(h)), policy);
+        (prediction - y).square().mean()
+    };
+    let found = audit(kept, adam, f16(), AuditConfig::new(2), loss).unwrap();
+    let text = format!(
+        "{}{:?}",
+        show(&found),
+        found
+            .report
+            .ops
+            .iter()
+            .map(|r| (&r.method, r.values.max_abs))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        found.report.verdicts.iter().any(|v| matches!(v,
+            Verdict::ForwardOverflow { value, .. } if value == "FullPrecision<Linear> output")),
+        "{text}"
+    );
+    assert!(!found.f16_trains(), "{text}");
+    let spot = found.hot_spot.as_ref().expect("a hot spot");
+    assert!(
+        spot.forward
+            .contains(&"FullPrecision<Linear> output".to_string()),
+        "{text}"
+    );
+}

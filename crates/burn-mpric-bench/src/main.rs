@@ -64,9 +64,31 @@ struct Args {
     /// Where to write report.md, report.json and report.svg.
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
+    /// After the minimum rounds, stop a group once it has run this many seconds (default: 40
+    /// with `--full`, 8 without). A GPU lent for minutes runs every size with a few seconds.
+    #[arg(long, value_parser = positive_seconds)]
+    seconds_per_group: Option<f64>,
 }
 
-fn budget(full: bool) -> Budget {
+fn positive_seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s.is_finite() && s > 0.0 => Ok(s),
+        _ => Err(format!("{text:?} is not a positive number of seconds")),
+    }
+}
+
+fn budget(args: &Args) -> Budget {
+    let budget = default_budget(args.full);
+    match args.seconds_per_group {
+        Some(s) => Budget {
+            time_limit: Duration::from_secs_f64(s),
+            ..budget
+        },
+        None => budget,
+    }
+}
+
+fn default_budget(full: bool) -> Budget {
     if full {
         Budget {
             warmup: 5,
@@ -167,19 +189,34 @@ fn gpu_sizes(full: bool) -> Sizes {
     }
 }
 
-/// Runs `f`, turning a panic (a backend without a device) into its message.
+/// Runs `f`, turning a panic (a backend without a device) into its message. A backend that
+/// starts its device in a worker thread panics there first and the caller sees only a closed
+/// channel: the first panic of any thread is the message then.
 fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    let first = Arc::new(std::sync::Mutex::new(None::<String>));
     let hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
+    {
+        let first = Arc::clone(&first);
+        std::panic::set_hook(Box::new(move |info| {
+            if let Ok(mut first) = first.lock() {
+                first.get_or_insert_with(|| panic_text(info.payload()));
+            }
+        }));
+    }
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
     std::panic::set_hook(hook);
     result.map_err(|payload| {
-        payload
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "the backend panicked while creating a tensor".into())
+        let first = first.lock().ok().and_then(|mut first| first.take());
+        first.unwrap_or_else(|| panic_text(payload.as_ref()))
     })
+}
+
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "the backend panicked while creating a tensor".into())
 }
 
 /// Creates and reads back a tensor: whether the backend has a device here.
@@ -293,7 +330,7 @@ fn run_on<I: Backend>(
     out.casts.extend(casts);
 }
 
-/// The Burn 0.22 edition's rows, on Burn 0.22's Flex and Wgpu where the decorator's run on
+/// The Burn 0.22 edition's rows, on Burn 0.22's Flex, Wgpu and CUDA where the decorator's run on
 /// the same kind of backend; `no_wgpu` says why Wgpu cannot run here (when it was wanted and
 /// cannot).
 fn run_edition022(
@@ -304,7 +341,7 @@ fn run_edition022(
     no_wgpu: Option<&str>,
 ) {
     use burn022::tensor::{Device, DeviceKind};
-    let mut run = |setup: Setup022, detail: String, threads: String| {
+    let run = |out: &mut Collected, setup: Setup022, detail: String, threads: String| {
         out.backends.push(BackendInfo {
             name: setup.name.into(),
             ran: true,
@@ -320,30 +357,24 @@ fn run_edition022(
             device: Device::flex(),
             memory: MemorySource::Heap,
             sizes: cpu_sizes(args.full),
-            budget: budget(args.full),
+            budget: budget(args),
         };
-        run(setup, "Burn 0.22.1 Flex".into(), flex_threads());
+        run(out, setup, "Burn 0.22.1 Flex".into(), flex_threads());
     }
     if let Some(why) = no_wgpu {
         skipped(out, "wgpu (burn 0.22)", why.to_string());
     } else if wanted(BackendKind::Wgpu) {
         let device = Device::wgpu(DeviceKind::DefaultDevice);
-        let probe = {
-            let device = device.clone();
-            guarded(move || {
-                burn022::tensor::Tensor::<1>::from_floats([1.0, 2.0], &device).into_data()
-            })
-        };
-        match probe {
-            Ok(_) => {
+        match probe022(&device) {
+            Ok(()) => {
                 let setup = Setup022 {
                     name: "wgpu (burn 0.22)",
                     memory: edition022::pool_memory(device.clone()),
                     device,
                     sizes: gpu_sizes(args.full),
-                    budget: budget(args.full),
+                    budget: budget(args),
                 };
-                run(setup, "Burn 0.22.1 Wgpu".into(), "-".into());
+                run(out, setup, "Burn 0.22.1 Wgpu".into(), "-".into());
             }
             Err(why) => skipped(
                 out,
@@ -352,6 +383,43 @@ fn run_edition022(
             ),
         }
     }
+    if wanted(BackendKind::Cuda) {
+        match cuda022() {
+            Ok(device) => {
+                let setup = Setup022 {
+                    name: "cuda (burn 0.22)",
+                    memory: edition022::pool_memory(device.clone()),
+                    device,
+                    sizes: gpu_sizes(args.full),
+                    budget: budget(args),
+                };
+                let threads = "driver-managed (CUDA: the GPU's own)".into();
+                run(out, setup, "Burn 0.22.1 Cuda".into(), threads);
+            }
+            Err(why) => skipped(out, "cuda (burn 0.22)", why),
+        }
+    }
+}
+
+/// Creates and reads back a Burn 0.22 tensor: whether the device starts here.
+fn probe022(device: &burn022::tensor::Device) -> Result<(), String> {
+    let device = device.clone();
+    guarded(move || {
+        let _ = burn022::tensor::Tensor::<1>::from_floats([1.0, 2.0], &device).into_data();
+    })
+}
+
+#[cfg(feature = "cuda022")]
+fn cuda022() -> Result<burn022::tensor::Device, String> {
+    let device = burn022::tensor::Device::cuda(0);
+    probe022(&device)
+        .map(|()| device)
+        .map_err(|why| format!("no CUDA device: {why}"))
+}
+
+#[cfg(not(feature = "cuda022"))]
+fn cuda022() -> Result<burn022::tensor::Device, String> {
+    Err("this binary was built without the `cuda022` feature (Burn 0.22's CUDA backend)".into())
 }
 
 fn skipped(out: &mut Collected, name: &str, why: String) {
@@ -377,7 +445,7 @@ fn run_cuda(args: &Args, workloads: &[Workload], out: &mut Collected) {
                 device: device.clone(),
                 memory: cubecl_memory::<cubecl::cuda::CudaRuntime>(device),
                 sizes: gpu_sizes(args.full),
-                budget: budget(args.full),
+                budget: budget(args),
             },
             workloads,
             out,
@@ -479,7 +547,7 @@ fn main() -> ExitCode {
                 device,
                 memory: MemorySource::Heap,
                 sizes: cpu_sizes(args.full),
-                budget: budget(args.full),
+                budget: budget(&args),
             },
             &workloads,
             &mut out,
@@ -505,7 +573,7 @@ fn main() -> ExitCode {
                     device: device.clone(),
                     memory: cubecl_memory::<WgpuRuntime>(device.clone()),
                     sizes: gpu_sizes(args.full),
-                    budget: budget(args.full),
+                    budget: budget(&args),
                 },
                 &workloads,
                 &mut out,

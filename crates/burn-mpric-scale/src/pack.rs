@@ -108,6 +108,9 @@ impl<B: Backend> Bucket<B> {
 pub(crate) enum Reduce {
     /// Its sum: finite exactly when every element is.
     Sum,
+    /// The sum of its magnitudes: finite exactly when every element is, and zero exactly
+    /// when every element is (one more pass over the buffer, for the probe's zero check).
+    MagnitudeSum,
     /// Its sum of squares: the finiteness check and its share of the global norm.
     SumOfSquares,
 }
@@ -244,9 +247,8 @@ fn unscale_bucket<B: Backend>(
             let sum = wide.sum();
             sum.clone().sub(sum)
         }
-        // Of the magnitudes: finite exactly when every element is, zero exactly when every
-        // element is (a step whose gradients are all zero is probed, as a skipped one is).
-        Reduce::Sum => wide.abs().sum(),
+        Reduce::Sum => wide.sum(),
+        Reduce::MagnitudeSum => wide.abs().sum(),
     };
     let mut offset = 0;
     let count = registers.len();

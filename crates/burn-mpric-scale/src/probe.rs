@@ -11,7 +11,7 @@ use burn_mpric_core::scale::{ProbeRead, SkipCause, StepOutcome};
 use crate::error::StepError;
 use crate::keep_dtype::apply_gradients;
 use crate::overflow::find_overflow;
-use crate::scaler::{LossScaler, mean_at_f32};
+use crate::scaler::{LossScaler, Zeros, mean_at_f32};
 
 impl LossScaler {
     /// The probe of a step already taken: when `outcome` was skipped, runs `loss` (the step's
@@ -121,11 +121,15 @@ impl LossScaler {
     {
         let scaled = self.scale_loss(loss(&module));
         let grads = GradientsParams::from_grads(scaled.backward(), &module);
-        let checked =
-            match self.check_shards::<B, M>(&module, vec![grads], Some(mean_at_f32(scaled))) {
-                Ok(checked) => checked,
-                Err(err) => return (module, Err(err)),
-            };
+        let checked = match self.check_shards::<B, M>(
+            &module,
+            vec![grads],
+            Some(mean_at_f32(scaled)),
+            Zeros::Tell,
+        ) {
+            Ok(checked) => checked,
+            Err(err) => return (module, Err(err)),
+        };
         let read = ProbeRead::of(checked.loss, checked.finite, checked.zero);
         let cause = if read.needs_probe(checked.loss) {
             let params = if checked.finite {
@@ -198,19 +202,26 @@ where
     let prober = LossScaler::fixed(probe_scale).unwrap_or_else(|_| LossScaler::noop());
     let scaled = prober.scale_loss(loss(module));
     let grads = GradientsParams::from_grads(scaled.backward(), module);
-    let checked = prober.check(module, grads, Some(scaled))?;
-    let probed = checked.probe_read();
+    let checked =
+        prober.check_shards::<B, M>(module, vec![grads], Some(mean_at_f32(scaled)), Zeros::Tell)?;
+    let probed = ProbeRead::of(checked.loss, checked.finite, checked.zero);
     if !loss_read {
         // The loss scale does not touch the forward pass: the loss is what the step's was.
         read.loss_finite = probed.loss_finite;
     }
-    let still = checked.overflow.as_ref().map_or(&[][..], |o| &o.params[..]);
+    // The parameters still non-finite at the probe's scale (one more read, here only).
+    let still = match (checked.finite, checked.grads.first()) {
+        (false, Some(grads)) => find_overflow::<B, M>(module, std::slice::from_ref(grads))
+            .map(|o| o.params)
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    };
     Ok(SkipCause::judge(
         read,
         probed,
         scale,
         probe_scale,
         params,
-        still,
+        &still,
     ))
 }

@@ -12,7 +12,7 @@ use crate::overflow::find_overflow;
 use crate::read::read_step_values;
 use crate::replicas::combine_finite_flags;
 use crate::scaling::LossScaling;
-use crate::unscale::{UnscaledGrads, unscale_grads_with_norm};
+use crate::unscale::{UnscaledGrads, unscale_grads_with_norm, unscale_grads_with_zeros};
 use burn_mpric_core::scale::LossScale;
 use burn_mpric_core::scale::LossScaleConfig;
 use burn_mpric_core::scale::LossScaleError;
@@ -535,7 +535,7 @@ impl LossScaler {
         M: AutodiffModule<B>,
     {
         let loss = scaled_loss.map(mean_at_f32);
-        let checked = self.check_shards::<B, M>(module, vec![grads], loss)?;
+        let checked = self.check_shards::<B, M>(module, vec![grads], loss, Zeros::Ignore)?;
         let Shards {
             mut grads,
             finite,
@@ -573,6 +573,7 @@ impl LossScaler {
         module: &M,
         shards: Vec<GradientsParams>,
         loss: Option<Tensor<B::InnerBackend, 1>>,
+        zeros: Zeros,
     ) -> Result<Shards, StepError>
     where
         B: AutodiffBackend,
@@ -588,6 +589,8 @@ impl LossScaler {
             .map(|grads| {
                 if fused_norm {
                     unscale_grads_with_norm::<B, M>(module, grads, scale_used)
+                } else if zeros == Zeros::Tell {
+                    unscale_grads_with_zeros::<B, M>(module, grads, scale_used)
                 } else {
                     self.unscale_grads::<B, M>(module, grads)
                 }
@@ -649,7 +652,9 @@ impl LossScaler {
         Ok(Shards {
             grads,
             finite,
-            zero: values.zero,
+            // Sums of magnitudes or of squares are zero only for zero gradients; plain sums
+            // can cancel.
+            zero: values.zero && (fused_norm || zeros == Zeros::Tell),
             loss: values.loss.map(|loss| self.core.unscale_loss(loss)),
             grad_norm,
         })
@@ -701,7 +706,7 @@ impl LossScaler {
         O: Optimizer<M, B>,
     {
         let (shards, devices): (Vec<_>, Vec<_>) = grads.grads.into_iter().unzip();
-        let checked = self.check_shards::<B, M>(&module, shards, None);
+        let checked = self.check_shards::<B, M>(&module, shards, None, Zeros::Ignore);
         self.apply::<B, M>(module, checked, |module, shards| {
             let grads = shards.into_iter().zip(devices).collect();
             keeping_dtypes::<B, M>(module, |module| {
@@ -770,7 +775,7 @@ impl LossScaler {
         M: AutodiffModule<B>,
         O: Optimizer<M, B>,
     {
-        let checked = self.check_shards::<B, M>(&module, vec![grads], loss);
+        let checked = self.check_shards::<B, M>(&module, vec![grads], loss, Zeros::Ignore);
         self.apply::<B, M>(module, checked, |module, mut shards| {
             apply_gradients::<B, M, O>(optim, lr, module, shards.pop().unwrap_or_default())
         })
@@ -786,8 +791,8 @@ pub struct CheckedGrads {
     /// Whether every gradient was finite (and, with clipping on, the global norm finite and
     /// representable in f32).
     pub finite: bool,
-    /// Whether every gradient was exactly zero (read from the same sums; `false` for several
-    /// shards, which are judged by one flag).
+    /// Whether every gradient was exactly zero, where the check looked: with clipping on (the
+    /// sums of squares tell it) and in [`LossScaler::step_with`]; `false` otherwise.
     pub zero: bool,
     /// The loss divided by the scale that was used, when a loss was given.
     pub loss: Option<f32>,
@@ -816,7 +821,8 @@ impl CheckedGrads {
     /// type B = Autodiff<Flex>;
     /// let device = Default::default();
     /// let model: Linear<B> = LinearConfig::new(1, 1).with_bias(false).init(&device);
-    /// let scaler = LossScaler::noop();
+    /// // With clipping on, the sums of squares also tell gradients that are all zero.
+    /// let scaler = LossScaler::noop().with_clip_norm(1.0).unwrap();
     /// let scaled = model.forward(Tensor::<B, 2>::zeros([1, 1], &device)).sum().add_scalar(1.0);
     /// let grads = GradientsParams::from_grads(scaled.backward(), &model);
     /// let read = scaler.check(&model, grads, Some(scaled)).unwrap().probe_read();
@@ -832,6 +838,16 @@ pub(crate) fn mean_at_f32<B: AutodiffBackend, const D: usize>(
     loss: Tensor<B, D>,
 ) -> Tensor<B::InnerBackend, 1> {
     loss.inner().cast(FloatDType::F32).mean()
+}
+
+/// Whether a check tells gradients that are all exactly zero: summing magnitudes costs one
+/// more pass over the gradients, paid only by [`LossScaler::step_with`], whose probe uses it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Zeros {
+    /// Plain sums (finiteness only).
+    Ignore,
+    /// Sums of magnitudes (finiteness, and zero exactly when every element is).
+    Tell,
 }
 
 /// The gradient shards of one step after unscaling, checking and clipping.

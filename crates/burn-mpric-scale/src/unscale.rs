@@ -306,6 +306,16 @@ pub fn unscale_grads<B: AutodiffBackend, M: AutodiffModule<B>>(
     unscale_and_check::<B, M>(module, grads, scale, Check::Sum)
 }
 
+/// [`unscale_grads`] summing magnitudes, so that the read also tells gradients that are all
+/// exactly zero (the probe of [`LossScaler::step_with`](crate::LossScaler::step_with)).
+pub(crate) fn unscale_grads_with_zeros<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+    grads: GradientsParams,
+    scale: f32,
+) -> Result<UnscaledGrads<B::InnerBackend>, StepError> {
+    unscale_and_check::<B, M>(module, grads, scale, Check::MagnitudeSum)
+}
+
 /// [`unscale_grads`], with each unscaled gradient's sum of squares from the same reduction:
 /// it serves as the gradient's finiteness check and its share of the global norm, which
 /// the caller combines on the host (see [`crate::clip::global_norm_from_squares`]).
@@ -332,7 +342,8 @@ fn unscale_and_check<B: AutodiffBackend, M: AutodiffModule<B>>(
     let (packer, count) = (visitor.packer, visitor.count);
     let reduce = match check {
         Check::SumOfSquares => Reduce::SumOfSquares,
-        _ => Reduce::Sum,
+        Check::MagnitudeSum => Reduce::MagnitudeSum,
+        Check::CastOnly | Check::Sum => Reduce::Sum,
     };
     let reduced = packer.finish(&mut grads, inverse, reduce);
     Ok(UnscaledGrads {
@@ -351,6 +362,8 @@ enum Check {
     CastOnly,
     /// Pack it to be unscaled and summed (finiteness).
     Sum,
+    /// Pack it to be unscaled and its magnitudes summed (finiteness and all-zero).
+    MagnitudeSum,
     /// Pack it to be unscaled and summed in squares (finiteness and the norm).
     SumOfSquares,
 }

@@ -32,8 +32,7 @@ thread_local! {
 /// observe("logits", &logits); // no audit running: nothing happens
 /// ```
 pub fn observe<const D: usize>(name: &str, value: &Tensor<D>) {
-    let active = OBSERVED.with(|o| o.borrow().is_some());
-    if !active {
+    if !observing_now() {
         return;
     }
     let values = host_values(value.clone());
@@ -49,6 +48,11 @@ pub fn observe<const D: usize>(name: &str, value: &Tensor<D>) {
             }
         }
     });
+}
+
+/// Whether an audit records on this thread.
+pub(crate) fn observing_now() -> bool {
+    OBSERVED.with(|o| o.borrow().is_some())
 }
 
 /// Runs `f` with [`observe`] recording, and returns what it recorded.

@@ -5,8 +5,9 @@
 //!
 //! - every parameter's gradient, by module path: magnitudes, headroom to f16 and bf16, the
 //!   share that would flush to zero at f16 at a candidate scale;
-//! - the loss, and every forward value your loss closure hands to [`observe`] (the model's
-//!   output, say).
+//! - the loss, the output of every [`FullPrecision`](crate::FullPrecision) module before it
+//!   is cast back to the compute dtype (`FullPrecision<Linear> output`), and every forward
+//!   value your loss closure hands to [`observe`] (the model's output, say).
 //!
 //! The verdicts are the 0.21 audit's (burn-mpric-core's [`param_verdicts`]): not finite,
 //! f16 safe at 2^k, use bf16, bf16 safe, plus a forward value over f16's range. Then it
@@ -53,6 +54,7 @@
 mod measure;
 
 pub use measure::observe;
+pub(crate) use measure::observing_now;
 
 use std::fmt;
 
