@@ -284,7 +284,7 @@ impl<M: Module + ModuleDisplay> FullPrecision<M> {
         let output = forward(&self.inner, input.cast_float(self.dtype()));
         // Under a precision audit: the output before it is cast back, the value a half
         // policy must hold.
-        if crate::audit::observing_now() {
+        if crate::observe::observing_now() {
             let ty = std::any::type_name::<M>();
             let ty = ty.split('<').next().unwrap_or(ty);
             let ty = ty.rsplit("::").next().unwrap_or(ty);

@@ -39,7 +39,7 @@ pub trait CastFloat: Sized {
     fn float_dtype(&self) -> Option<FloatDType>;
 
     /// Hands its float tensors to a precision audit running on this thread, under `name`
-    /// ([`audit::observe`](crate::audit::observe)); outside an audit, nothing.
+    /// (`burn_mpric_022::audit::observe`); outside an audit, nothing.
     fn observe_floats(&self, _name: &str) {}
 }
 
@@ -56,7 +56,7 @@ impl<const D: usize> CastFloat for Tensor<D, Float> {
     }
 
     fn observe_floats(&self, name: &str) {
-        crate::audit::observe(name, self);
+        crate::observe::observe(name, self);
     }
 }
 

@@ -59,6 +59,8 @@ mod check;
 mod dtype;
 mod error;
 pub mod export;
+mod grad_paths;
+mod observe;
 mod overflow;
 mod processes;
 mod scaler;

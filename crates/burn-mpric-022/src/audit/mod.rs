@@ -53,8 +53,7 @@
 
 mod measure;
 
-pub use measure::observe;
-pub(crate) use measure::observing_now;
+pub use crate::observe::observe;
 
 use std::fmt;
 
@@ -399,7 +398,7 @@ fn measure<M: Module>(
     let mut forward: Vec<OpStats> = Vec::new();
     let mut params = Vec::new();
     for step in 0..config.steps {
-        let (value, mut seen) = measure::observing(|| {
+        let (value, mut seen) = crate::observe::observing(|| {
             let value = loss(&model, &measured, step);
             observe("loss", &value);
             value
