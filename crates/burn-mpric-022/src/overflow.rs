@@ -34,37 +34,34 @@ pub fn find_overflow<M: Module>(
     module: &M,
     grads: &GradientsParams,
 ) -> Result<Overflow, StepError> {
-    let flags: Vec<(String, Tensor<1>)> = grads_by_path(module, grads)
+    let (paths, flags): (Vec<String>, Vec<Tensor<1>>) = grads_by_path(module, grads)
         .into_iter()
         .map(|(path, grad)| {
             // 1 when the gradient holds inf or NaN.
             let flag = grad.is_finite().bool_not().any().float();
             (path, flag.cast(FloatDType::F32))
         })
-        .collect();
-    let Some(device) = flags.first().map(|(_, flag)| flag.device()) else {
+        .unzip();
+    let Some(device) = flags.first().map(Tensor::device) else {
         return Ok(Overflow::default());
     };
-    let on_device: Vec<Tensor<1>> = flags
-        .iter()
-        .map(|(_, flag)| flag.clone().to_device(&device))
-        .collect();
+    let on_device: Vec<Tensor<1>> = flags.into_iter().map(|f| f.to_device(&device)).collect();
     let read = Tensor::cat(on_device, 0)
         .try_into_data()?
         .convert_dtype(burn::tensor::DType::F32)
         .try_to_vec::<f32>()
         .map_err(|err| StepError::UnexpectedRead(format!("{err:?}")))?;
-    if read.len() != flags.len() {
+    if read.len() != paths.len() {
         return Err(StepError::UnexpectedRead(format!(
             "{} overflow flags for {} gradients",
             read.len(),
-            flags.len()
+            paths.len()
         )));
     }
     let mut params: Vec<String> = Vec::new();
-    for ((path, _), bad) in flags.iter().zip(read) {
-        if bad > 0.0 && params.last() != Some(path) {
-            params.push(path.clone());
+    for (path, bad) in paths.into_iter().zip(read) {
+        if bad > 0.0 && params.last() != Some(&path) {
+            params.push(path);
         }
     }
     Ok(Overflow::new(params))

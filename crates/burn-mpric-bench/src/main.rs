@@ -367,13 +367,7 @@ fn run_edition022(
         let device = Device::wgpu(DeviceKind::DefaultDevice);
         match probe022(&device) {
             Ok(()) => {
-                let setup = Setup022 {
-                    name: "wgpu (burn 0.22)",
-                    memory: edition022::pool_memory(device.clone()),
-                    device,
-                    sizes: gpu_sizes(args.full),
-                    budget: budget(args),
-                };
+                let setup = gpu022(args, "wgpu (burn 0.22)", device);
                 run(out, setup, "Burn 0.22.1 Wgpu".into(), "-".into());
             }
             Err(why) => skipped(
@@ -386,18 +380,23 @@ fn run_edition022(
     if wanted(BackendKind::Cuda) {
         match cuda022() {
             Ok(device) => {
-                let setup = Setup022 {
-                    name: "cuda (burn 0.22)",
-                    memory: edition022::pool_memory(device.clone()),
-                    device,
-                    sizes: gpu_sizes(args.full),
-                    budget: budget(args),
-                };
+                let setup = gpu022(args, "cuda (burn 0.22)", device);
                 let threads = "driver-managed (CUDA: the GPU's own)".into();
                 run(out, setup, "Burn 0.22.1 Cuda".into(), threads);
             }
             Err(why) => skipped(out, "cuda (burn 0.22)", why),
         }
+    }
+}
+
+/// A Burn 0.22 GPU device's setup: the GPU sizes, memory from its allocator report.
+fn gpu022(args: &Args, name: &'static str, device: burn022::tensor::Device) -> Setup022 {
+    Setup022 {
+        name,
+        memory: edition022::pool_memory(device.clone()),
+        device,
+        sizes: gpu_sizes(args.full),
+        budget: budget(args),
     }
 }
 
