@@ -84,6 +84,7 @@
 mod clip;
 #[cfg(feature = "collective")]
 mod collective;
+mod device;
 mod dtype;
 mod error;
 mod flat;
@@ -102,6 +103,10 @@ mod unscale;
 pub use clip::{GlobalNormClip, global_grad_norm};
 #[cfg(feature = "collective")]
 pub use collective::{all_peers_finite, sum_over_peers};
+pub use device::{
+    DeviceAdamConfig, DeviceAdamWConfig, DeviceLossScaler, DeviceOptimizer, DeviceOptimizerRecord,
+    DeviceRule, DeviceScale, DeviceSgdConfig,
+};
 pub use dtype::BurnDType;
 pub use error::StepError;
 pub use flat::FlatGrads;

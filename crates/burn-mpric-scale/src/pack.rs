@@ -124,6 +124,36 @@ pub(crate) struct Reduced<B: Backend> {
     pub(crate) groups: Vec<Vec<ParamId>>,
 }
 
+/// The factor gradients are unscaled by: `1/S` known on the host, or held on the device
+/// (the device path's scale, never read).
+pub(crate) enum Inverse<B: Backend> {
+    Host(f32),
+    Device(Tensor<B, 1>),
+}
+
+impl<B: Backend> Inverse<B> {
+    /// `wide * (1/S)` at `wide`'s dtype.
+    fn apply(&self, wide: Tensor<B, 1>) -> Tensor<B, 1> {
+        match self {
+            Self::Host(inverse) => wide.mul_scalar(*inverse),
+            Self::Device(inverse) => {
+                let factor = inverse.clone().to_device(&wide.device()).cast(wide.dtype());
+                wide.mul(factor)
+            }
+        }
+    }
+}
+
+impl<B: Backend> Reduced<B> {
+    /// A one-element bool tensor on the first value's device, true when every reduction is
+    /// finite; `None` when there is none (no gradients).
+    pub(crate) fn finite_flag(&self) -> Option<Tensor<B, 1, burn::tensor::Bool>> {
+        let device = self.values.first()?.device();
+        let values = self.values.iter().map(|v| v.clone().to_device(&device));
+        Some(Tensor::cat(values.collect(), 0).is_finite().all())
+    }
+}
+
 /// Collects gradients into buffers, then unscales and reduces each buffer once.
 pub(crate) struct Packer<B: Backend> {
     open: Vec<Bucket<B>>,
@@ -189,7 +219,7 @@ impl<B: Backend> Packer<B> {
     pub(crate) fn finish(
         self,
         grads: &mut GradientsParams,
-        inverse: Option<f32>,
+        inverse: Option<&Inverse<B>>,
         reduce: Reduce,
     ) -> Reduced<B> {
         let mut reduced = Reduced {
@@ -208,7 +238,7 @@ impl<B: Backend> Packer<B> {
 fn unscale_bucket<B: Backend>(
     bucket: Bucket<B>,
     grads: &mut GradientsParams,
-    inverse: Option<f32>,
+    inverse: Option<&Inverse<B>>,
     reduce: Reduce,
 ) -> (Tensor<B, 1>, Vec<ParamId>) {
     let (own, target) = (float_dtype(bucket.own), bucket.target);
@@ -230,7 +260,7 @@ fn unscale_bucket<B: Backend>(
     // Unscaling runs at f32 (f64 stays f64) and is rounded once, to the parameters' dtype.
     let (stored, wide) = match inverse {
         Some(inverse) => {
-            let wide = packed.cast(wide_dtype).mul_scalar(inverse);
+            let wide = inverse.apply(packed.cast(wide_dtype));
             (store(wide.clone()), wide)
         }
         None => {
@@ -310,7 +340,7 @@ mod tests {
         packer.push(ids[4], grad([200], 400.0, F32), Some(F32)); // 800 B: unscaled in place
         packer.push(ids[5], grad([64], 7.0, F16), Some(F32)); // f16 for an f32 parameter
         let mut grads = GradientsParams::new();
-        let reduced = packer.finish(&mut grads, Some(1.0 / SCALE), Reduce::Sum);
+        let reduced = packer.finish(&mut grads, Some(&Inverse::Host(1.0 / SCALE)), Reduce::Sum);
 
         let group = |indices: &[usize]| indices.iter().map(|&i| ids[i]).collect::<Vec<_>>();
         assert_eq!(
@@ -352,7 +382,11 @@ mod tests {
             packer.push(*id, grad([64], 100.0 * i as f32, FloatDType::F32), None);
         }
         let mut grads = GradientsParams::new();
-        let reduced = packer.finish(&mut grads, Some(1.0 / SCALE), Reduce::SumOfSquares);
+        let reduced = packer.finish(
+            &mut grads,
+            Some(&Inverse::Host(1.0 / SCALE)),
+            Reduce::SumOfSquares,
+        );
         assert_eq!(reduced.groups, vec![ids[..4].to_vec(), ids[4..].to_vec()]);
         let squares: Vec<f32> = reduced
             .values
@@ -384,7 +418,7 @@ mod tests {
             );
             packer.push(large, grad([300], 1.0, FloatDType::F32), None);
             let mut grads = GradientsParams::new();
-            let reduced = packer.finish(&mut grads, Some(0.5), Reduce::Sum);
+            let reduced = packer.finish(&mut grads, Some(&Inverse::Host(0.5)), Reduce::Sum);
             let finite: Vec<bool> = reduced
                 .values
                 .into_iter()

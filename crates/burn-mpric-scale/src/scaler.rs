@@ -388,7 +388,7 @@ impl LossScaler {
         outcome
     }
 
-    fn update_finished(
+    pub(crate) fn update_finished(
         &mut self,
         finite: bool,
         loss: Option<f32>,
@@ -749,7 +749,7 @@ impl LossScaler {
     }
 
     /// `Err(StepError::Stalled)` when a skipped `outcome` reaches the limit of skips in a row.
-    fn stalled(&self, outcome: StepOutcome) -> Result<StepOutcome, StepError> {
+    pub(crate) fn stalled(&self, outcome: StepOutcome) -> Result<StepOutcome, StepError> {
         let max = self.max_consecutive_skips;
         if outcome.is_skipped() && max > 0 && outcome.stats.consecutive_skipped >= max {
             Err(StepError::Stalled {

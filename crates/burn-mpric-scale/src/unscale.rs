@@ -10,7 +10,7 @@ use burn::tensor::{Bool, Tensor};
 use crate::clip::GradSquares;
 use crate::dtype::{float_dtype, inverse_of};
 use crate::error::StepError;
-use crate::pack::{Packer, Reduce, Reduced};
+use crate::pack::{Inverse, Packer, Reduce, Reduced};
 use crate::read::read_step_values;
 
 /// Gradients after [`unscale_grads`], with what decides their finiteness still on the device.
@@ -162,13 +162,7 @@ impl<B: Backend> UnscaledGrads<B> {
     /// assert!(unscale_grads(&model, GradientsParams::new(), 1.0).unwrap().finite_flag().is_none());
     /// ```
     pub fn finite_flag(&self) -> Option<Tensor<B, 1, Bool>> {
-        let device = self.reduced.values.first()?.device();
-        let values = self
-            .reduced
-            .values
-            .iter()
-            .map(|v| v.clone().to_device(&device));
-        Some(Tensor::cat(values.collect(), 0).is_finite().all())
+        self.reduced.finite_flag()
     }
 
     /// Whether every gradient element is finite: the buffers' sums, read in one transaction
@@ -329,11 +323,45 @@ pub(crate) fn unscale_grads_with_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
 
 fn unscale_and_check<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: &M,
-    mut grads: GradientsParams,
+    grads: GradientsParams,
     scale: f32,
     check: Check,
 ) -> Result<UnscaledGrads<B::InnerBackend>, StepError> {
-    let inverse = (scale != 1.0).then(|| inverse_of(scale));
+    let inverse = (scale != 1.0).then(|| Inverse::Host(inverse_of(scale)));
+    let (grads, reduced, count) = unscale_packed::<B, M>(module, grads, inverse.as_ref(), check)?;
+    Ok(UnscaledGrads {
+        grads,
+        reduced,
+        squares: check == Check::SumOfSquares,
+        count,
+        scale,
+    })
+}
+
+/// Unscaled gradients and their finiteness flag on the device (`None`: no gradients).
+pub(crate) type DeviceChecked<B> = (GradientsParams, Option<Tensor<B, 1, Bool>>);
+
+/// The device path's unscale: casts, multiplies by `inverse` (the device's `1/S`, never
+/// read) and returns the gradients with a finiteness flag on the device (`None`: there were
+/// no gradients).
+pub(crate) fn unscale_on_device<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+    grads: GradientsParams,
+    inverse: Tensor<B::InnerBackend, 1>,
+) -> Result<DeviceChecked<B::InnerBackend>, StepError> {
+    let inverse = Inverse::Device(inverse);
+    let (grads, reduced, _) = unscale_packed::<B, M>(module, grads, Some(&inverse), Check::Sum)?;
+    Ok((grads, reduced.finite_flag()))
+}
+
+/// Casts, unscales (when `inverse` is given) and reduces every gradient of `module` as
+/// `check` asks: the gradients, their reductions and how many there were.
+fn unscale_packed<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+    mut grads: GradientsParams,
+    inverse: Option<&Inverse<B::InnerBackend>>,
+    check: Check,
+) -> Result<(GradientsParams, Reduced<B::InnerBackend>, usize), StepError> {
     let mut visitor = GradVisitor::<B>::new(&mut grads, check);
     module.visit(&mut visitor);
     if let Some(err) = visitor.error {
@@ -346,13 +374,7 @@ fn unscale_and_check<B: AutodiffBackend, M: AutodiffModule<B>>(
         Check::CastOnly | Check::Sum => Reduce::Sum,
     };
     let reduced = packer.finish(&mut grads, inverse, reduce);
-    Ok(UnscaledGrads {
-        grads,
-        reduced,
-        squares: check == Check::SumOfSquares,
-        count,
-        scale,
-    })
+    Ok((grads, reduced, count))
 }
 
 /// What the visitor does with each gradient.

@@ -1,0 +1,420 @@
+//! The update rules the device path runs: Adam, AdamW and SGD (with momentum), as Burn 0.21
+//! writes them, on flat f32 tensors whose state includes what Burn keeps on the host (Adam's
+//! step count as powers of the betas, SGD's first-step flag), so that a skipped step can
+//! leave all of it untouched by a select.
+
+use burn::tensor::Tensor;
+use burn::tensor::backend::Backend;
+use serde::{Deserialize, Serialize};
+
+use super::scale::f32_value;
+
+/// One optimizer's per-parameter update, as the device path runs it: the parameter, its
+/// gradient and its state are flat f32 tensors, and the update is computed without reading
+/// anything on the host.
+///
+/// # Example
+///
+/// ```
+/// use burn::backend::Flex;
+/// use burn::tensor::Tensor;
+/// use burn_mpric_scale::{DeviceRule, DeviceSgdConfig};
+///
+/// let device = Default::default();
+/// let sgd = DeviceSgdConfig::new();
+/// let state = sgd.init_state::<Flex>(2, &device);
+/// let param = Tensor::<Flex, 1>::from_floats([1.0, 2.0], &device);
+/// let grad = Tensor::<Flex, 1>::from_floats([10.0, -10.0], &device);
+/// let (param, _) = sgd.update(0.1, param, grad, state);
+/// assert_eq!(param.into_data().to_vec::<f32>().unwrap(), vec![0.0, 3.0]);
+/// ```
+pub trait DeviceRule: Clone + Send + Sync + 'static {
+    /// The state of a parameter of `len` elements before its first step.
+    fn init_state<B: Backend>(&self, len: usize, device: &B::Device) -> Vec<Tensor<B, 1>>;
+
+    /// One update at f32: the new parameter and the new state.
+    fn update<B: Backend>(
+        &self,
+        lr: f64,
+        param: Tensor<B, 1>,
+        grad: Tensor<B, 1>,
+        state: Vec<Tensor<B, 1>>,
+    ) -> (Tensor<B, 1>, Vec<Tensor<B, 1>>);
+}
+
+/// Adam's settings on the device path: Burn's `AdamConfig` without AMSGrad (default betas
+/// 0.9 and 0.999, epsilon 1e-5, no weight decay; weight decay is the L2 penalty Burn adds to
+/// the gradient).
+///
+/// # Example
+///
+/// ```
+/// use burn_mpric_scale::DeviceAdamConfig;
+///
+/// let adam = DeviceAdamConfig::new().with_weight_decay(1e-4);
+/// assert_eq!(adam.beta_1, 0.9);
+/// assert_eq!(adam.weight_decay, Some(1e-4));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct DeviceAdamConfig {
+    /// The first moment's decay (default 0.9).
+    pub beta_1: f32,
+    /// The second moment's decay (default 0.999).
+    pub beta_2: f32,
+    /// Added to the second moment's root (default 1e-5, as Burn's).
+    pub epsilon: f32,
+    /// The L2 penalty added to the gradient, if any.
+    pub weight_decay: Option<f32>,
+}
+
+/// AdamW's settings on the device path: Burn's `AdamWConfig` without AMSGrad and cautious
+/// decay (default betas 0.9 and 0.999, epsilon 1e-5, decoupled weight decay 1e-4).
+///
+/// # Example
+///
+/// ```
+/// use burn_mpric_scale::DeviceAdamWConfig;
+///
+/// assert_eq!(DeviceAdamWConfig::new().weight_decay, 1e-4);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct DeviceAdamWConfig {
+    /// The first moment's decay (default 0.9).
+    pub beta_1: f32,
+    /// The second moment's decay (default 0.999).
+    pub beta_2: f32,
+    /// Added to the corrected second moment's root (default 1e-5, as Burn's).
+    pub epsilon: f32,
+    /// The decoupled weight decay (default 1e-4, as Burn's).
+    pub weight_decay: f32,
+}
+
+/// SGD's settings on the device path: Burn's `SgdConfig` with `MomentumConfig` (momentum,
+/// dampening, Nesterov) and the L2 penalty; plain SGD by default.
+///
+/// # Example
+///
+/// ```
+/// use burn_mpric_scale::DeviceSgdConfig;
+///
+/// let sgd = DeviceSgdConfig::new().with_momentum(0.9, 0.1, true);
+/// assert_eq!(sgd.momentum, Some((0.9, 0.1, true)));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct DeviceSgdConfig {
+    /// `(momentum, dampening, nesterov)`, if momentum is on.
+    pub momentum: Option<(f64, f64, bool)>,
+    /// The L2 penalty added to the gradient, if any.
+    pub weight_decay: Option<f32>,
+}
+
+impl DeviceAdamConfig {
+    /// Burn's defaults.
+    ///
+    /// ```
+    /// use burn_mpric_scale::DeviceAdamConfig;
+    ///
+    /// assert_eq!(DeviceAdamConfig::new().epsilon, 1e-5);
+    /// ```
+    pub fn new() -> Self {
+        Self {
+            beta_1: 0.9,
+            beta_2: 0.999,
+            epsilon: 1e-5,
+            weight_decay: None,
+        }
+    }
+
+    /// A copy with other betas.
+    ///
+    /// ```
+    /// use burn_mpric_scale::DeviceAdamConfig;
+    ///
+    /// assert_eq!(DeviceAdamConfig::new().with_betas(0.8, 0.99).beta_2, 0.99);
+    /// ```
+    #[must_use]
+    pub fn with_betas(self, beta_1: f32, beta_2: f32) -> Self {
+        Self {
+            beta_1,
+            beta_2,
+            ..self
+        }
+    }
+
+    /// A copy with another epsilon.
+    ///
+    /// ```
+    /// use burn_mpric_scale::DeviceAdamConfig;
+    ///
+    /// assert_eq!(DeviceAdamConfig::new().with_epsilon(1e-8).epsilon, 1e-8);
+    /// ```
+    #[must_use]
+    pub fn with_epsilon(self, epsilon: f32) -> Self {
+        Self { epsilon, ..self }
+    }
+
+    /// A copy with an L2 penalty.
+    ///
+    /// ```
+    /// use burn_mpric_scale::DeviceAdamConfig;
+    ///
+    /// assert_eq!(DeviceAdamConfig::new().with_weight_decay(0.01).weight_decay, Some(0.01));
+    /// ```
+    #[must_use]
+    pub fn with_weight_decay(self, penalty: f32) -> Self {
+        Self {
+            weight_decay: Some(penalty),
+            ..self
+        }
+    }
+}
+
+impl DeviceAdamWConfig {
+    /// Burn's defaults.
+    ///
+    /// ```
+    /// use burn_mpric_scale::DeviceAdamWConfig;
+    ///
+    /// assert_eq!(DeviceAdamWConfig::new().beta_2, 0.999);
+    /// ```
+    pub fn new() -> Self {
+        Self {
+            beta_1: 0.9,
+            beta_2: 0.999,
+            epsilon: 1e-5,
+            weight_decay: 1e-4,
+        }
+    }
+
+    /// A copy with other betas.
+    ///
+    /// ```
+    /// use burn_mpric_scale::DeviceAdamWConfig;
+    ///
+    /// assert_eq!(DeviceAdamWConfig::new().with_betas(0.8, 0.99).beta_1, 0.8);
+    /// ```
+    #[must_use]
+    pub fn with_betas(self, beta_1: f32, beta_2: f32) -> Self {
+        Self {
+            beta_1,
+            beta_2,
+            ..self
+        }
+    }
+
+    /// A copy with another epsilon.
+    ///
+    /// ```
+    /// use burn_mpric_scale::DeviceAdamWConfig;
+    ///
+    /// assert_eq!(DeviceAdamWConfig::new().with_epsilon(1e-8).epsilon, 1e-8);
+    /// ```
+    #[must_use]
+    pub fn with_epsilon(self, epsilon: f32) -> Self {
+        Self { epsilon, ..self }
+    }
+
+    /// A copy with another decoupled weight decay.
+    ///
+    /// ```
+    /// use burn_mpric_scale::DeviceAdamWConfig;
+    ///
+    /// assert_eq!(DeviceAdamWConfig::new().with_weight_decay(0.1).weight_decay, 0.1);
+    /// ```
+    #[must_use]
+    pub fn with_weight_decay(self, weight_decay: f32) -> Self {
+        Self {
+            weight_decay,
+            ..self
+        }
+    }
+}
+
+impl DeviceSgdConfig {
+    /// Plain SGD, as Burn's `SgdConfig::new()`.
+    ///
+    /// ```
+    /// use burn_mpric_scale::DeviceSgdConfig;
+    ///
+    /// assert_eq!(DeviceSgdConfig::new().momentum, None);
+    /// ```
+    pub fn new() -> Self {
+        Self {
+            momentum: None,
+            weight_decay: None,
+        }
+    }
+
+    /// A copy with momentum (Burn's `MomentumConfig`: momentum, dampening, Nesterov).
+    ///
+    /// ```
+    /// use burn_mpric_scale::DeviceSgdConfig;
+    ///
+    /// assert!(DeviceSgdConfig::new().with_momentum(0.9, 0.0, false).momentum.is_some());
+    /// ```
+    #[must_use]
+    pub fn with_momentum(self, momentum: f64, dampening: f64, nesterov: bool) -> Self {
+        Self {
+            momentum: Some((momentum, dampening, nesterov)),
+            ..self
+        }
+    }
+
+    /// A copy with an L2 penalty.
+    ///
+    /// ```
+    /// use burn_mpric_scale::DeviceSgdConfig;
+    ///
+    /// assert_eq!(DeviceSgdConfig::new().with_weight_decay(0.5).weight_decay, Some(0.5));
+    /// ```
+    #[must_use]
+    pub fn with_weight_decay(self, penalty: f32) -> Self {
+        Self {
+            weight_decay: Some(penalty),
+            ..self
+        }
+    }
+}
+
+impl Default for DeviceAdamConfig {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Default for DeviceAdamWConfig {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Default for DeviceSgdConfig {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Adam's moments after one more gradient, and the betas' powers after one more step.
+/// State: `[moment_1, moment_2, beta_1^t, beta_2^t]`, the powers starting at 1.
+fn moments<B: Backend>(
+    beta_1: f32,
+    beta_2: f32,
+    grad: Tensor<B, 1>,
+    state: Vec<Tensor<B, 1>>,
+) -> [Tensor<B, 1>; 4] {
+    let [m, v, p1, p2]: [Tensor<B, 1>; 4] = state
+        .try_into()
+        .unwrap_or_else(|s: Vec<_>| panic!("Adam keeps 4 state tensors, got {}", s.len()));
+    let m = m
+        .mul_scalar(beta_1)
+        .add(grad.clone().mul_scalar(1.0 - beta_1));
+    let v = v
+        .mul_scalar(beta_2)
+        .add(grad.square().mul_scalar(1.0 - beta_2));
+    [m, v, p1.mul_scalar(beta_1), p2.mul_scalar(beta_2)]
+}
+
+fn adam_state<B: Backend>(len: usize, device: &B::Device) -> Vec<Tensor<B, 1>> {
+    vec![
+        Tensor::<B, 1>::zeros([len], device).cast(burn::tensor::FloatDType::F32),
+        Tensor::<B, 1>::zeros([len], device).cast(burn::tensor::FloatDType::F32),
+        f32_value(1.0, device),
+        f32_value(1.0, device),
+    ]
+}
+
+impl DeviceRule for DeviceAdamConfig {
+    fn init_state<B: Backend>(&self, len: usize, device: &B::Device) -> Vec<Tensor<B, 1>> {
+        adam_state(len, device)
+    }
+
+    fn update<B: Backend>(
+        &self,
+        lr: f64,
+        param: Tensor<B, 1>,
+        mut grad: Tensor<B, 1>,
+        state: Vec<Tensor<B, 1>>,
+    ) -> (Tensor<B, 1>, Vec<Tensor<B, 1>>) {
+        if let Some(penalty) = self.weight_decay {
+            grad = param.clone().mul_scalar(penalty).add(grad);
+        }
+        let [m, v, p1, p2] = moments(self.beta_1, self.beta_2, grad, state);
+        // Burn's form: m * sqrt(1 - b2^t) / (1 - b1^t) / (sqrt(v) + eps * sqrt(1 - b2^t)).
+        let correction_2 = p2.clone().neg().add_scalar(1.0).sqrt();
+        let combined = correction_2.clone().div(p1.clone().neg().add_scalar(1.0));
+        let denominator = v.clone().sqrt().add(correction_2.mul_scalar(self.epsilon));
+        let delta = m.clone().mul(combined).div(denominator);
+        (param.sub(delta.mul_scalar(lr)), vec![m, v, p1, p2])
+    }
+}
+
+impl DeviceRule for DeviceAdamWConfig {
+    fn init_state<B: Backend>(&self, len: usize, device: &B::Device) -> Vec<Tensor<B, 1>> {
+        adam_state(len, device)
+    }
+
+    fn update<B: Backend>(
+        &self,
+        lr: f64,
+        param: Tensor<B, 1>,
+        grad: Tensor<B, 1>,
+        state: Vec<Tensor<B, 1>>,
+    ) -> (Tensor<B, 1>, Vec<Tensor<B, 1>>) {
+        let [m, v, p1, p2] = moments(self.beta_1, self.beta_2, grad, state);
+        // Burn's form: (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps), decay decoupled.
+        let m_hat = m.clone().div(p1.clone().neg().add_scalar(1.0));
+        let v_hat = v.clone().div(p2.clone().neg().add_scalar(1.0));
+        let delta = m_hat.div(v_hat.sqrt().add_scalar(self.epsilon));
+        let decay = lr * f64::from(self.weight_decay);
+        let decayed = if decay == 0.0 {
+            param
+        } else {
+            param.mul_scalar(1.0 - decay)
+        };
+        (decayed.sub(delta.mul_scalar(lr)), vec![m, v, p1, p2])
+    }
+}
+
+impl DeviceRule for DeviceSgdConfig {
+    fn init_state<B: Backend>(&self, len: usize, device: &B::Device) -> Vec<Tensor<B, 1>> {
+        match self.momentum {
+            // The velocity, and 0 until the first step (which takes the gradient as it is).
+            Some(_) => vec![
+                Tensor::<B, 1>::zeros([len], device).cast(burn::tensor::FloatDType::F32),
+                f32_value(0.0, device),
+            ],
+            None => Vec::new(),
+        }
+    }
+
+    fn update<B: Backend>(
+        &self,
+        lr: f64,
+        param: Tensor<B, 1>,
+        mut grad: Tensor<B, 1>,
+        state: Vec<Tensor<B, 1>>,
+    ) -> (Tensor<B, 1>, Vec<Tensor<B, 1>>) {
+        if let Some(penalty) = self.weight_decay {
+            grad = param.clone().mul_scalar(penalty).add(grad);
+        }
+        let Some((momentum, dampening, nesterov)) = self.momentum else {
+            return (param.sub(grad.mul_scalar(lr)), state);
+        };
+        let [velocity, started]: [Tensor<B, 1>; 2] = state
+            .try_into()
+            .unwrap_or_else(|s: Vec<_>| panic!("SGD keeps 2 state tensors, got {}", s.len()));
+        let first = started.clone().equal_elem(0.0).expand([grad.dims()[0]]);
+        let velocity = grad
+            .clone()
+            .mul_scalar(1.0 - dampening)
+            .add(velocity.mul_scalar(momentum))
+            .mask_where(first, grad.clone());
+        let step = if nesterov {
+            velocity.clone().mul_scalar(momentum).add(grad)
+        } else {
+            velocity.clone()
+        };
+        let started = started.zeros_like().add_scalar(1.0);
+        (param.sub(step.mul_scalar(lr)), vec![velocity, started])
+    }
+}

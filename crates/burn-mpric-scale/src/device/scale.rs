@@ -1,0 +1,237 @@
+//! The loss scale's state machine as device tensors: burn-mpric-core's decisions, taken on
+//! the device from a finiteness flag the host never reads.
+
+use burn::tensor::backend::Backend;
+use burn::tensor::{Bool, FloatDType, Int, Tensor, TensorData};
+use burn_mpric_core::scale::{LossScale, LossScaleConfig, UpdateRule};
+
+use crate::error::StepError;
+
+/// A loss scale held on the device: the scale (f32), its growth counter and hysteresis
+/// tracker (ints), advanced by [`adjust`](Self::adjust) with the same decisions, bit for bit,
+/// as burn-mpric-core's [`DynamicLossScale::adjust`](burn_mpric_core::scale::DynamicLossScale::adjust)
+/// (static and no-op scales never move).
+///
+/// The growth and backoff factors must be exact in f32 (2 and 0.5 are, as in every preset):
+/// the core rounds `scale * factor` from f64 once, and the device's f32 product is that same
+/// rounding only when the factor itself is an f32.
+///
+/// # Example
+///
+/// ```
+/// use burn::backend::Flex;
+/// use burn::tensor::{Bool, Tensor};
+/// use burn_mpric_scale::{DeviceScale, LossScale, LossScaleConfig};
+///
+/// let device = Default::default();
+/// let config = LossScaleConfig::new().with_initial_scale(8.0).with_growth_interval(1);
+/// let state = LossScale::dynamic(config).unwrap();
+/// let scale = DeviceScale::<Flex>::new(&state, &device).unwrap();
+/// let grown = scale.adjust(Tensor::<Flex, 1, Bool>::from_bool([true].into(), &device));
+/// assert_eq!(grown.scale().into_scalar(), 16.0);
+/// let backed_off = grown.adjust(Tensor::<Flex, 1, Bool>::from_bool([false].into(), &device));
+/// assert_eq!(backed_off.scale().into_scalar(), 8.0);
+/// ```
+#[derive(Debug, Clone)]
+pub struct DeviceScale<B: Backend> {
+    scale: Tensor<B, 1>,
+    counter: Tensor<B, 1, Int>,
+    hysteresis_left: Tensor<B, 1, Int>,
+    /// `None` for static and no-op scales, which never move.
+    config: Option<LossScaleConfig>,
+}
+
+impl<B: Backend> DeviceScale<B> {
+    /// The device copy of a host state (a fresh scaler's, or one restored from a checkpoint).
+    ///
+    /// Fails with [`StepError::NotOnDevice`] when a dynamic scale's growth or backoff factor
+    /// is not exact in f32.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::Flex;
+    /// use burn_mpric_scale::{DeviceScale, LossScale, LossScaleConfig};
+    ///
+    /// let device = Default::default();
+    /// let fine = LossScale::dynamic(LossScaleConfig::new()).unwrap();
+    /// assert!(DeviceScale::<Flex>::new(&fine, &device).is_ok());
+    /// let odd = LossScale::dynamic(LossScaleConfig::new().with_growth_factor(1.1)).unwrap();
+    /// assert!(DeviceScale::<Flex>::new(&odd, &device).is_err());
+    /// ```
+    pub fn new(state: &LossScale, device: &B::Device) -> Result<Self, StepError> {
+        let (scale, counter, hysteresis_left, config) = match state {
+            LossScale::Dynamic(dynamic) => {
+                let config = *dynamic.config();
+                for (name, factor) in [
+                    ("growth_factor", config.growth_factor),
+                    ("backoff_factor", config.backoff_factor),
+                ] {
+                    if f64::from(factor as f32) != factor {
+                        return Err(StepError::NotOnDevice(format!(
+                            "{name} {factor} is not exact in f32, so the device cannot round \
+                             `scale * {name}` as the host does; use a factor such as 2 or 0.5, \
+                             or the host-read step (LossScaler)"
+                        )));
+                    }
+                }
+                (
+                    dynamic.loss_scale(),
+                    dynamic.counter(),
+                    dynamic.hysteresis_left(),
+                    Some(config),
+                )
+            }
+            other => (other.loss_scale(), 0, 0, None),
+        };
+        Ok(Self {
+            scale: f32_value(scale, device),
+            counter: int_value(counter, device),
+            hysteresis_left: int_value(hysteresis_left, device),
+            config,
+        })
+    }
+
+    /// The current scale: a one-element f32 tensor on the device.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::Flex;
+    /// use burn::tensor::DType;
+    /// use burn_mpric_scale::{DeviceScale, LossScale};
+    ///
+    /// let scale = DeviceScale::<Flex>::new(&LossScale::fixed(64.0).unwrap(), &Default::default()).unwrap();
+    /// assert_eq!(scale.scale().dtype(), DType::F32);
+    /// assert_eq!(scale.scale().into_scalar(), 64.0);
+    /// ```
+    pub fn scale(&self) -> Tensor<B, 1> {
+        self.scale.clone()
+    }
+
+    /// The growth counter and the hysteresis tracker, as device tensors (zero for static and
+    /// no-op scales).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::Flex;
+    /// use burn_mpric_scale::{DeviceScale, LossScale, LossScaleConfig};
+    ///
+    /// let state = LossScale::dynamic(LossScaleConfig::megatron()).unwrap();
+    /// let scale = DeviceScale::<Flex>::new(&state, &Default::default()).unwrap();
+    /// let (counter, hysteresis) = scale.counters();
+    /// assert_eq!((counter.into_scalar(), hysteresis.into_scalar()), (0, 2));
+    /// ```
+    pub fn counters(&self) -> (Tensor<B, 1, Int>, Tensor<B, 1, Int>) {
+        (self.counter.clone(), self.hysteresis_left.clone())
+    }
+
+    /// The state after a step whose gradients were all finite where `finite` (a one-element
+    /// bool tensor on this device) is true: the core's rule, in select ops, with nothing read.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::Flex;
+    /// use burn::tensor::{Bool, Tensor};
+    /// use burn_mpric_scale::{DeviceScale, LossScale, LossScaleConfig};
+    ///
+    /// let device = Default::default();
+    /// let state = LossScale::dynamic(LossScaleConfig::new().with_initial_scale(2.0)).unwrap();
+    /// let no = Tensor::<Flex, 1, Bool>::from_bool([false].into(), &device);
+    /// let scale = DeviceScale::<Flex>::new(&state, &device).unwrap();
+    /// // Backoff stops at min_scale (1.0).
+    /// let scale = scale.adjust(no.clone()).adjust(no);
+    /// assert_eq!(scale.scale().into_scalar(), 1.0);
+    /// ```
+    #[must_use]
+    pub fn adjust(self, finite: Tensor<B, 1, Bool>) -> Self {
+        let Some(c) = self.config else {
+            return self;
+        };
+        let Self {
+            scale,
+            counter,
+            hysteresis_left: left,
+            config,
+        } = self;
+        let device = scale.device();
+        let interval = i64::from(c.growth_interval);
+        let full = int_value(c.hysteresis, &device);
+
+        // A finite step: grow after `interval` of them, else count it.
+        let grow = match c.rule {
+            UpdateRule::Flax => counter.clone().greater_equal_elem(interval),
+            UpdateRule::Standard | UpdateRule::DeepSpeed { .. } => {
+                counter.clone().add_scalar(1).greater_equal_elem(interval)
+            }
+        };
+        let finite_scale = scale.clone().mask_where(grow.clone(), grown(&scale, &c));
+        let finite_counter = counter.clone().add_scalar(1).mask_fill(grow.clone(), 0);
+        let finite_left = match c.rule {
+            UpdateRule::DeepSpeed {
+                consecutive_hysteresis: true,
+            } => full.clone(),
+            _ => left.clone().mask_where(grow, full),
+        };
+
+        // A non-finite step: back off once the hysteresis is used up.
+        let (overflow_left, back_off) = match c.rule {
+            UpdateRule::DeepSpeed { .. } => {
+                let back_off = left.clone().lower_equal_elem(1);
+                let kept = left
+                    .clone()
+                    .sub_scalar(1)
+                    .mask_where(back_off.clone(), left);
+                (kept, back_off)
+            }
+            UpdateRule::Standard | UpdateRule::Flax => {
+                let next = left.sub_scalar(1).clamp_min(0);
+                let back_off = next.clone().equal_elem(0);
+                (next, back_off)
+            }
+        };
+        let overflow_scale = scale.clone().mask_where(back_off, backed_off(&scale, &c));
+        let overflow_counter = counter.zeros_like();
+
+        Self {
+            scale: overflow_scale.mask_where(finite.clone(), finite_scale),
+            counter: overflow_counter.mask_where(finite.clone(), finite_counter),
+            hysteresis_left: overflow_left.mask_where(finite, finite_left),
+            config,
+        }
+    }
+}
+
+/// `scale * growth_factor`, clamped at `max_scale`; the old scale where that is infinite.
+fn grown<B: Backend>(scale: &Tensor<B, 1>, c: &LossScaleConfig) -> Tensor<B, 1> {
+    let mut grown = scale.clone().mul_scalar(c.growth_factor as f32);
+    if let Some(max) = c.max_scale {
+        grown = grown.clamp_max(max);
+    }
+    let finite = grown.clone().is_finite();
+    scale.clone().mask_where(finite, grown)
+}
+
+/// `scale * backoff_factor`, at least `min_scale`.
+fn backed_off<B: Backend>(scale: &Tensor<B, 1>, c: &LossScaleConfig) -> Tensor<B, 1> {
+    scale
+        .clone()
+        .mul_scalar(c.backoff_factor as f32)
+        .clamp_min(c.min_scale)
+}
+
+/// A one-element f32 tensor holding `value` exactly. Made from ones and scaled at f32, since
+/// a backend decorator may make new float tensors at a narrower parameter dtype, where a
+/// scale such as 2^16 does not exist.
+pub(crate) fn f32_value<B: Backend>(value: f32, device: &B::Device) -> Tensor<B, 1> {
+    Tensor::<B, 1>::ones([1], device)
+        .cast(FloatDType::F32)
+        .mul_scalar(value)
+}
+
+/// A one-element int tensor holding `value`.
+fn int_value<B: Backend>(value: u32, device: &B::Device) -> Tensor<B, 1, Int> {
+    Tensor::from_data(TensorData::from([i64::from(value)]), device)
+}

@@ -1,0 +1,387 @@
+//! [`DeviceLossScaler`]: the step contract with the skip decided on the device and the host
+//! told later.
+
+use burn::module::AutodiffModule;
+use burn::optim::GradientsParams;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Bool, DType, FloatDType, Tensor, Transaction};
+use burn_mpric_core::scale::StepOutcome;
+
+use super::optim::DeviceOptimizer;
+use super::rules::DeviceRule;
+use super::scale::DeviceScale;
+use crate::error::StepError;
+use crate::read::{read_bool, read_one};
+use crate::scaler::LossScaler;
+use crate::unscale::unscale_on_device;
+
+/// Loss scaling with the skip decided on the device: the finiteness flag, the scale and its
+/// growth counter stay device tensors, the optimizer's update is kept or discarded by a
+/// select on the flag ([`DeviceOptimizer`]), and the host reads nothing between backward
+/// and the optimizer. It learns each step's [`StepOutcome`] later, all pending steps in one
+/// read: at [`sync`](Self::sync) (at a checkpoint, when a metric is logged) or every `n`
+/// steps, one step behind ([`with_sync_every`](Self::with_sync_every)).
+///
+/// The outcomes are the host scaler's ([`LossScaler`]), replayed from the flags read: the
+/// same decisions, scales and counters as a host-read run of the same steps, and the device's
+/// scale is checked against them at every full sync. What the host learns late: the loss,
+/// the skip, and the stop after `max_consecutive_skips` skips in a row (from the sync that
+/// reads it). Not on this path yet: global-norm clipping, the names of the parameters that
+/// overflowed and the skip-cause probe (they need the gradients on the host at the step);
+/// use [`LossScaler`] for them.
+///
+/// # Example
+///
+/// ```
+/// use burn::backend::{Autodiff, Flex};
+/// use burn::nn::{Linear, LinearConfig, loss::{MseLoss, Reduction}};
+/// use burn::optim::GradientsParams;
+/// use burn::tensor::Tensor;
+/// use burn_mpric_scale::{DeviceAdamConfig, DeviceLossScaler, DeviceOptimizer, LossScaler};
+///
+/// type B = Autodiff<Flex>;
+/// let device = Default::default();
+/// let mut model: Linear<B> = LinearConfig::new(4, 4).init(&device);
+/// let mut optim = DeviceOptimizer::new(DeviceAdamConfig::new());
+/// let mut scaler = DeviceLossScaler::new(LossScaler::default(), &device).unwrap();
+///
+/// for _ in 0..3 {
+///     let x = Tensor::<B, 2>::ones([2, 4], &device);
+///     let loss = MseLoss::new().forward(model.forward(x.clone()), x, Reduction::Mean);
+///     let scaled = scaler.scale_loss(loss);
+///     let grads = GradientsParams::from_grads(scaled.backward(), &model);
+///     let (next, done) = scaler.step(&mut optim, 1e-3, model, grads, Some(scaled));
+///     model = next;
+///     done.unwrap(); // nothing was read
+/// }
+/// let outcomes = scaler.sync().unwrap(); // one read for the three steps
+/// assert_eq!(outcomes.len(), 3);
+/// assert!(outcomes.iter().all(|o| o.is_applied() && o.loss.is_some()));
+/// ```
+pub struct DeviceLossScaler<B: Backend> {
+    /// The host's scaler, as of the last step it learned.
+    host: LossScaler,
+    /// The state the next step uses.
+    device: DeviceScale<B>,
+    pending: Vec<Pending<B>>,
+    sync_every: usize,
+}
+
+/// A step the host has not read yet.
+struct Pending<B: Backend> {
+    /// `None`: the step had no gradients (finite, as in jmp).
+    finite: Option<Tensor<B, 1, Bool>>,
+    /// The mean of the scaled loss, at f32.
+    loss: Option<Tensor<B, 1>>,
+}
+
+impl<B: Backend> DeviceLossScaler<B> {
+    /// The device path of a host scaler (a fresh one, or one restored from a checkpoint),
+    /// with its state copied to `device`.
+    ///
+    /// Fails with [`StepError::NotOnDevice`] when the scaler clips gradients or its growth
+    /// or backoff factor is not exact in f32 ([`DeviceScale::new`]).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::Flex;
+    /// use burn_mpric_scale::{DeviceLossScaler, LossScaler};
+    ///
+    /// let device = Default::default();
+    /// assert!(DeviceLossScaler::<Flex>::new(LossScaler::default(), &device).is_ok());
+    /// let clipped = LossScaler::default().with_clip_norm(1.0).unwrap();
+    /// assert!(DeviceLossScaler::<Flex>::new(clipped, &device).is_err());
+    /// ```
+    pub fn new(host: LossScaler, device: &B::Device) -> Result<Self, StepError> {
+        if host.clip().is_some() {
+            return Err(StepError::NotOnDevice(
+                "global-norm clipping needs the norm on the host; use LossScaler for clipped \
+                 steps"
+                    .into(),
+            ));
+        }
+        Ok(Self {
+            device: DeviceScale::new(host.state(), device)?,
+            host,
+            pending: Vec::new(),
+            sync_every: 0,
+        })
+    }
+
+    /// Reads the pending steps every `n` steps, one step behind: after the `n + 1`-th
+    /// pending step is queued, the `n` before it are read, and the newest one stays on the
+    /// device. `0` (the default) reads only at [`sync`](Self::sync).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::Flex;
+    /// use burn_mpric_scale::{DeviceLossScaler, LossScaler};
+    ///
+    /// let scaler = DeviceLossScaler::<Flex>::new(LossScaler::default(), &Default::default()).unwrap();
+    /// assert_eq!(scaler.with_sync_every(10).sync_every(), 10);
+    /// ```
+    #[must_use]
+    pub fn with_sync_every(self, n: usize) -> Self {
+        Self {
+            sync_every: n,
+            ..self
+        }
+    }
+
+    /// How often pending steps are read (0: only at [`sync`](Self::sync)).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::Flex;
+    /// use burn_mpric_scale::{DeviceLossScaler, LossScaler};
+    ///
+    /// let scaler = DeviceLossScaler::<Flex>::new(LossScaler::default(), &Default::default()).unwrap();
+    /// assert_eq!(scaler.sync_every(), 0);
+    /// ```
+    pub fn sync_every(&self) -> usize {
+        self.sync_every
+    }
+
+    /// The host's scaler as of the last step it learned: its scale, counters and record
+    /// ([`LossScaler::to_record`]) are those of a host-read run that stopped there. Call
+    /// [`sync`](Self::sync) first to include every step, as before a checkpoint.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::Flex;
+    /// use burn_mpric_scale::{DeviceLossScaler, LossScaler};
+    ///
+    /// let scaler = DeviceLossScaler::<Flex>::new(LossScaler::default(), &Default::default()).unwrap();
+    /// assert_eq!(scaler.host().scale(), 32768.0);
+    /// ```
+    pub fn host(&self) -> &LossScaler {
+        &self.host
+    }
+
+    /// The scale the next step uses, on the device.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::Flex;
+    /// use burn_mpric_scale::{DeviceLossScaler, LossScaler};
+    ///
+    /// let scaler = DeviceLossScaler::<Flex>::new(LossScaler::fixed(4.0).unwrap(), &Default::default()).unwrap();
+    /// assert_eq!(scaler.device_scale().scale().into_scalar(), 4.0);
+    /// ```
+    pub fn device_scale(&self) -> &DeviceScale<B> {
+        &self.device
+    }
+
+    /// Steps taken and not read yet.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::Flex;
+    /// use burn_mpric_scale::{DeviceLossScaler, LossScaler};
+    ///
+    /// let scaler = DeviceLossScaler::<Flex>::new(LossScaler::default(), &Default::default()).unwrap();
+    /// assert_eq!(scaler.pending(), 0);
+    /// ```
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Multiplies the loss by the device's scale `S`, at f32 (f64 stays f64), before
+    /// backward.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::tensor::{DType, FloatDType, Tensor};
+    /// use burn_mpric_scale::{DeviceLossScaler, LossScaler};
+    ///
+    /// let device = Default::default();
+    /// let scaler = DeviceLossScaler::<Flex>::new(LossScaler::default(), &device).unwrap();
+    /// let loss = Tensor::<Autodiff<Flex>, 1>::from_floats([4.0], &device).cast(FloatDType::F16);
+    /// let scaled = scaler.scale_loss(loss);
+    /// assert_eq!(scaled.dtype(), DType::F32);
+    /// assert_eq!(scaled.into_scalar(), 131072.0);
+    /// ```
+    pub fn scale_loss<AB, const D: usize>(&self, loss: Tensor<AB, D>) -> Tensor<AB, D>
+    where
+        AB: AutodiffBackend<InnerBackend = B>,
+    {
+        let wide = match loss.dtype() {
+            DType::F64 => FloatDType::F64,
+            _ => FloatDType::F32,
+        };
+        let scale = Tensor::<AB, 1>::from_inner(self.device.scale().cast(wide));
+        let scale = scale.to_device(&loss.device()).reshape([1; D]);
+        loss.cast(wide).mul(scale)
+    }
+
+    /// One optimizer step over `grads` (from a loss scaled by
+    /// [`scale_loss`](Self::scale_loss)), with nothing read: the gradients are cast to their
+    /// parameters' dtypes and unscaled by the device's `1/S` in packed buffers, their
+    /// finiteness becomes a device flag, `optim` applies or discards its update by that flag,
+    /// and the device's scale moves on by it. `scaled_loss`, when given, is kept (its mean)
+    /// for the outcome.
+    ///
+    /// Returns the outcomes the host learned in this call: none, unless
+    /// [`with_sync_every`](Self::with_sync_every) made it read. The module always comes
+    /// back; on `Err` from a gradient's shape nothing changed, on `Err` from a read
+    /// ([`sync`](Self::sync)'s errors) the step was taken.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::optim::GradientsParams;
+    /// use burn::tensor::Tensor;
+    /// use burn_mpric_scale::{DeviceLossScaler, DeviceOptimizer, DeviceSgdConfig, LossScaler};
+    ///
+    /// type B = Autodiff<Flex>;
+    /// let device = Default::default();
+    /// let model: Linear<B> = LinearConfig::new(1, 1).init(&device);
+    /// let before = model.weight.val().into_data();
+    /// let mut scaler = DeviceLossScaler::new(LossScaler::default(), &device).unwrap();
+    /// let mut grads = GradientsParams::new();
+    /// grads.register(model.weight.id, Tensor::<Flex, 2>::from_floats([[f32::NAN]], &device));
+    /// let mut optim = DeviceOptimizer::new(DeviceSgdConfig::new());
+    /// let (model, learned) = scaler.step::<B, _, _, 1>(&mut optim, 1.0, model, grads, None);
+    /// assert!(learned.unwrap().is_empty());
+    /// assert_eq!(model.weight.val().into_data(), before); // skipped on the device
+    /// let outcome = &scaler.sync().unwrap()[0];
+    /// assert!(outcome.is_skipped());
+    /// assert_eq!(outcome.next_scale, 16384.0);
+    /// ```
+    pub fn step<AB, M, R, const D: usize>(
+        &mut self,
+        optim: &mut DeviceOptimizer<R, B>,
+        lr: f64,
+        module: M,
+        grads: GradientsParams,
+        scaled_loss: Option<Tensor<AB, D>>,
+    ) -> (M, Result<Vec<StepOutcome>, StepError>)
+    where
+        AB: AutodiffBackend<InnerBackend = B>,
+        M: AutodiffModule<AB>,
+        R: DeviceRule,
+    {
+        let inverse = self.device.scale().recip();
+        let (grads, finite) = match unscale_on_device::<AB, M>(&module, grads, inverse) {
+            Ok(checked) => checked,
+            Err(err) => return (module, Err(err)),
+        };
+        let module = match &finite {
+            Some(flag) => optim.step::<AB, M>(lr, module, grads, flag.clone()),
+            None => module,
+        };
+        if let Some(flag) = &finite {
+            let flag = flag.clone().to_device(&self.device.scale().device());
+            self.device = self.device.clone().adjust(flag);
+        }
+        let loss = scaled_loss.map(|loss| loss.inner().cast(FloatDType::F32).mean());
+        self.pending.push(Pending { finite, loss });
+        let learned = if self.sync_every > 0 && self.pending.len() > self.sync_every {
+            let newest = self.pending.len() - 1;
+            self.read(newest)
+        } else {
+            Ok(Vec::new())
+        };
+        (module, learned)
+    }
+
+    /// Reads every pending step in one transaction and returns their outcomes in order: the
+    /// host's scaler takes the same decisions as on the host-read path, each loss divided by
+    /// the scale its step used. The device's scale is read too and must equal the host's.
+    ///
+    /// Fails with [`StepError::Stalled`] when a step reached `max_consecutive_skips`
+    /// skips in a row (every pending step is counted all the same), and with a read error
+    /// when the device could not be read (the steps stay pending).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::Flex;
+    /// use burn_mpric_scale::{DeviceLossScaler, LossScaler};
+    ///
+    /// let mut scaler = DeviceLossScaler::<Flex>::new(LossScaler::default(), &Default::default()).unwrap();
+    /// assert!(scaler.sync().unwrap().is_empty());
+    /// ```
+    pub fn sync(&mut self) -> Result<Vec<StepOutcome>, StepError> {
+        let all = self.pending.len();
+        self.read(all)
+    }
+
+    /// Reads the oldest `count` pending steps (all of them: and the device's scale, checked).
+    fn read(&mut self, count: usize) -> Result<Vec<StepOutcome>, StepError> {
+        let check_scale = count == self.pending.len();
+        if count == 0 && !check_scale {
+            return Ok(Vec::new());
+        }
+        let mut transaction = Transaction::<B>::default();
+        for step in &self.pending[..count] {
+            if let Some(flag) = &step.finite {
+                transaction = transaction.register(flag.clone());
+            }
+            if let Some(loss) = &step.loss {
+                transaction = transaction.register(loss.clone());
+            }
+        }
+        if check_scale {
+            transaction = transaction.register(self.device.scale());
+        }
+        let mut data = transaction.try_execute()?.into_iter();
+        let mut next = || {
+            data.next().ok_or_else(|| {
+                StepError::UnexpectedRead("the transaction returned too few values".into())
+            })
+        };
+        let mut read = Vec::with_capacity(count);
+        for step in &self.pending[..count] {
+            let finite = match step.finite {
+                Some(_) => read_bool(next()?)?,
+                None => true,
+            };
+            let loss = match step.loss {
+                Some(_) => Some(read_one::<f32>(next()?, "loss")?),
+                None => None,
+            };
+            read.push((finite, loss));
+        }
+        let device_scale = match check_scale {
+            true => Some(read_one::<f32>(next()?, "scale")?),
+            false => None,
+        };
+        self.pending.drain(..count);
+        let mut stalled = None;
+        let outcomes: Vec<StepOutcome> = read
+            .into_iter()
+            .map(|(finite, loss)| {
+                let loss = loss.map(|loss| self.host.core().unscale_loss(loss));
+                let outcome = self.host.update_finished(finite, loss, None);
+                if let Err(err) = self.host.stalled(outcome.clone()) {
+                    stalled.get_or_insert(err);
+                }
+                outcome
+            })
+            .collect();
+        if let Some(device) = device_scale
+            && device != self.host.scale()
+        {
+            return Err(StepError::UnexpectedRead(format!(
+                "the device's loss scale {device:e} differs from the host's {:e} after the \
+                 same steps",
+                self.host.scale()
+            )));
+        }
+        match stalled {
+            Some(err) => Err(err),
+            None => Ok(outcomes),
+        }
+    }
+}
