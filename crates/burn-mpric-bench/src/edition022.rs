@@ -23,7 +23,7 @@ use burn022::tensor::{Device, FloatDType, Tensor, TensorData};
 use crate::harness::{Budget, Case};
 use crate::memory::MemorySource;
 use crate::run::{Factory, Prepared, Row, Sizes, measure_group, mlp_spec};
-use crate::workloads::{Spec, Workload, init_bound, values};
+use crate::workloads::{Scaling, Spec, Workload, init_bound, values};
 
 /// A Burn 0.22 device to run the edition on, and how its memory is read.
 pub struct Setup022 {
@@ -311,7 +311,7 @@ pub fn run(setup: &Setup022, selected: &[Workload]) -> Vec<Row> {
     let mut rows = Vec::new();
     for workload in selected {
         let spec = match workload {
-            Workload::MlpStep => mlp_spec(&setup.sizes, false),
+            Workload::MlpStep => mlp_spec(&setup.sizes, Scaling::None),
             Workload::TransformerBlockStep => setup.sizes.transformer.clone(),
             Workload::TransformerActivationsStep => setup.sizes.transformer_activations.clone(),
             _ => continue,

@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::harness::{Budget, Case, Samples, measure_interleaved};
 use crate::memory::{MemorySource, Peak, Sampling, peak_of};
-use crate::workloads::{self, Spec, Storage, Workload};
+use crate::workloads::{self, Scaling, Spec, Storage, Workload};
 
 /// The sizes one backend runs each workload at.
 #[derive(Debug, Clone)]
@@ -454,7 +454,7 @@ fn standard<I: Backend>(setup: &Setup<I>, workload: Workload, spec: &Spec) -> Ve
     group(setup, workload, spec, &Variant::ALL)
 }
 
-pub(crate) fn mlp_spec(sizes: &Sizes, scaler: bool) -> Spec {
+pub(crate) fn mlp_spec(sizes: &Sizes, scaler: Scaling) -> Spec {
     Spec::Mlp {
         batch: sizes.mlp.0,
         dims: sizes.mlp.1.clone(),
@@ -472,13 +472,23 @@ fn paired_ratio(with: &[f64], without: &[f64]) -> f64 {
     .median()
 }
 
+/// The variant-name suffixes of `loss_scaler_step`'s scaled rows: the host-read scaler and the
+/// device path.
+pub(crate) const HOST_READ_SUFFIX: &str = " + dynamic scaler";
+pub(crate) const ON_DEVICE_SUFFIX: &str = " + dynamic scaler on device";
+
 fn loss_scaler<I: Backend>(setup: &Setup<I>) -> Vec<Row> {
-    let plain = mlp_spec(&setup.sizes, false);
-    let scaled = mlp_spec(&setup.sizes, true);
+    let plain = mlp_spec(&setup.sizes, Scaling::None);
+    let scaled = [
+        (mlp_spec(&setup.sizes, Scaling::HostRead), HOST_READ_SUFFIX),
+        (mlp_spec(&setup.sizes, Scaling::OnDevice), ON_DEVICE_SUFFIX),
+    ];
     let mut prepared = Vec::new();
     for v in Variant::ALL {
         prepared.push(prepare::<I>(&setup.device, v, &plain, ""));
-        prepared.push(prepare::<I>(&setup.device, v, &scaled, " + dynamic scaler"));
+        for (spec, suffix) in &scaled {
+            prepared.push(prepare::<I>(&setup.device, v, spec, suffix));
+        }
     }
     // The overhead is a few percent of a step: three times the rounds of other groups.
     let budget = Budget {
@@ -494,10 +504,14 @@ fn loss_scaler<I: Backend>(setup: &Setup<I>) -> Vec<Row> {
         prepared,
         budget,
     );
-    for (pair, variant) in rows.chunks_mut(2).zip(Variant::ALL) {
-        if let [without, with] = pair
-            && let (Ok(a), Ok(b)) = (&without.result, &mut with.result)
-        {
+    for (group, variant) in rows.chunks_mut(1 + scaled.len()).zip(Variant::ALL) {
+        let Some((without, with_scalers)) = group.split_first_mut() else {
+            continue;
+        };
+        for (with, (spec, _)) in with_scalers.iter_mut().zip(&scaled) {
+            let (Ok(a), Ok(b)) = (&without.result, &mut with.result) else {
+                continue;
+            };
             // Paired by round: the two ran within one round, so a slow phase of the machine
             // slows both.
             let overhead = paired_ratio(&b.round_ms, &a.round_ms);
@@ -506,7 +520,7 @@ fn loss_scaler<I: Backend>(setup: &Setup<I>) -> Vec<Row> {
             // bound by per-kernel cost, the overhead follows their count.
             let ops = match (
                 count_ops::<I>(&setup.device, variant, &plain),
-                count_ops::<I>(&setup.device, variant, &scaled),
+                count_ops::<I>(&setup.device, variant, spec),
             ) {
                 (Some(a), Some(b)) => format!(" ({} -> {} ops per step)", a.ops, b.ops),
                 _ => String::new(),
@@ -610,7 +624,7 @@ fn count_ops<I: Backend>(device: &I::Device, variant: Variant, spec: &Spec) -> O
 }
 
 fn cast_overhead<I: Backend>(setup: &Setup<I>) -> (Vec<Row>, Vec<CastRow>) {
-    let spec = mlp_spec(&setup.sizes, false);
+    let spec = mlp_spec(&setup.sizes, Scaling::None);
     let mut prepared: Vec<Prepared> = Variant::ALL
         .iter()
         .map(|v| prepare::<I>(&setup.device, *v, &spec, ""))
@@ -716,9 +730,11 @@ pub fn run_backend<I: Backend>(
                 }
             }
             Workload::Conv2d => rows.extend(standard(setup, *workload, &setup.sizes.conv)),
-            Workload::MlpStep => {
-                rows.extend(standard(setup, *workload, &mlp_spec(&setup.sizes, false)))
-            }
+            Workload::MlpStep => rows.extend(standard(
+                setup,
+                *workload,
+                &mlp_spec(&setup.sizes, Scaling::None),
+            )),
             Workload::TransformerBlockStep => rows.extend(group(
                 setup,
                 *workload,

@@ -13,7 +13,10 @@ use burn::optim::{Adam, AdamConfig, GradientsParams};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{FloatDType, Tensor, TensorData};
 use burn_mpric::{Castable, ModuleParams, cast_grads_to_param_dtype};
-use burn_mpric_scale::{LossScaleConfig, LossScaler, apply_gradients};
+use burn_mpric_scale::{
+    DeviceAdamConfig, DeviceLossScaler, DeviceOptimizer, LossScaleConfig, LossScaler,
+    apply_gradients,
+};
 use clap::ValueEnum;
 use serde::Serialize;
 
@@ -103,8 +106,8 @@ pub enum Spec {
         batch: usize,
         /// Layer widths, input first.
         dims: Vec<usize>,
-        /// Train with a dynamic loss scaler (PyTorch's defaults).
-        scaler: bool,
+        /// The loss scaler the step trains with, if any.
+        scaler: Scaling,
     },
     /// A post-norm transformer encoder, GELU, no dropout, MSE loss to a fixed target.
     Transformer {
@@ -282,6 +285,20 @@ impl<B: Backend> Case for ConvCase<B> {
     }
 }
 
+/// How a training workload scales its loss.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scaling {
+    /// No loss scaler: Burn's Adam on the gradients cast to the parameters' dtypes.
+    None,
+    /// `LossScaler` (PyTorch's defaults) around Burn's Adam: one host read between backward
+    /// and the optimizer.
+    HostRead,
+    /// `DeviceLossScaler` (PyTorch's defaults) with the device path's Adam: no host read in
+    /// the step; the pending outcomes are read every 64 steps.
+    OnDevice,
+}
+
 /// The MLP of `mlp_step`, `loss_scaler_step` and `cast_overhead`.
 #[derive(Module, Debug)]
 pub struct Mlp<B: Backend> {
@@ -394,18 +411,40 @@ struct TrainCase<B: AutodiffBackend, T: Task<B>> {
     task: T,
     model: Option<T::Model>,
     optim: OptimizerAdaptor<Adam, T::Model, B>,
-    scaler: Option<LossScaler>,
+    scaler: StepScaler<B>,
     device: B::Device,
 }
 
+/// The scaler of a [`TrainCase`], as [`Scaling`] chose it.
+enum StepScaler<B: AutodiffBackend> {
+    None,
+    Host(LossScaler),
+    Device(
+        Box<DeviceLossScaler<B::InnerBackend>>,
+        DeviceOptimizer<DeviceAdamConfig, B::InnerBackend>,
+    ),
+}
+
 impl<B: AutodiffBackend, T: Task<B>> TrainCase<B, T> {
-    fn new(task: T, model: T::Model, scaler: bool, device: &B::Device) -> Self {
+    fn new(task: T, model: T::Model, scaling: Scaling, device: &B::Device) -> Self {
+        let torch = || LossScaler::dynamic(LossScaleConfig::torch()).expect("valid preset");
+        let scaler = match scaling {
+            Scaling::None => StepScaler::None,
+            Scaling::HostRead => StepScaler::Host(torch()),
+            Scaling::OnDevice => StepScaler::Device(
+                Box::new(
+                    DeviceLossScaler::new(torch(), device)
+                        .expect("the torch preset's factors are exact in f32")
+                        .with_sync_every(64),
+                ),
+                DeviceOptimizer::new(DeviceAdamConfig::new()),
+            ),
+        };
         Self {
             task,
             model: Some(model),
             optim: AdamConfig::new().init(),
-            scaler: scaler
-                .then(|| LossScaler::dynamic(LossScaleConfig::torch()).expect("valid preset")),
+            scaler,
             device: device.clone(),
         }
     }
@@ -416,7 +455,7 @@ impl<B: AutodiffBackend, T: Task<B>> TrainCase<B, T> {
         let loss = self.task.loss(&model);
         sample();
         let model = match &mut self.scaler {
-            None => {
+            StepScaler::None => {
                 let grads = GradientsParams::from_grads(loss.backward(), &model);
                 sample();
                 let grads = cast_grads_to_param_dtype(&model, grads);
@@ -424,12 +463,20 @@ impl<B: AutodiffBackend, T: Task<B>> TrainCase<B, T> {
                 // measured against.
                 apply_gradients(&mut self.optim, LR, model, grads)
             }
-            Some(scaler) => {
+            StepScaler::Host(scaler) => {
                 let scaled = scaler.scale_loss(loss);
                 let grads = GradientsParams::from_grads(scaled.backward(), &model);
                 sample();
                 let (model, outcome) = scaler.step(&mut self.optim, LR, model, grads);
                 outcome.expect("device read");
+                model
+            }
+            StepScaler::Device(scaler, optim) => {
+                let scaled = scaler.scale_loss(loss);
+                let grads = GradientsParams::from_grads(scaled.backward(), &model);
+                sample();
+                let (model, learned) = scaler.step::<B, _, _, 1>(optim, LR, model, grads, None);
+                learned.expect("device read");
                 model
             }
         };
@@ -549,7 +596,12 @@ pub fn build<B: AutodiffBackend>(
                 x: Batch::of(storage.tensor(tensor([*batch, *seq, *d_model], 6, 1.0, device))),
                 y: tensor([*batch, *seq, *d_model], 7, 1.0, device),
             };
-            Box::new(TrainCase::new(task, storage.module(model), false, device))
+            Box::new(TrainCase::new(
+                task,
+                storage.module(model),
+                Scaling::None,
+                device,
+            ))
         }
     }
 }
