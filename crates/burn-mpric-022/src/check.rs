@@ -50,11 +50,18 @@ fn wide(a: Option<FloatDType>, b: Option<FloatDType>) -> FloatDType {
     ))
 }
 
+/// The factor gradients are unscaled by: `1/S` known on the host, or held on the device
+/// (the device path's scale, never read).
+enum Inverse {
+    Host(f32),
+    Device(Box<Tensor<1>>),
+}
+
 /// Visits a module's parameters: each gradient is widened, multiplied by `1/S`, cast to its
 /// parameter's dtype and registered back, and its reductions are queued for the one read.
 pub(crate) struct GradCheck<'a> {
     grads: &'a mut GradientsParams,
-    inverse: Option<f32>,
+    inverse: Option<Inverse>,
     kind: CheckKind,
     seen: HashSet<ParamId>,
     checks: Vec<Tensor<1>>,
@@ -65,7 +72,24 @@ impl<'a> GradCheck<'a> {
     pub(crate) fn new(grads: &'a mut GradientsParams, scale: f32, kind: CheckKind) -> Self {
         Self {
             grads,
-            inverse: inverse_of(scale),
+            inverse: inverse_of(scale).map(Inverse::Host),
+            kind,
+            seen: HashSet::new(),
+            checks: Vec::new(),
+            error: None,
+        }
+    }
+
+    /// The device path's pass: gradients unscaled by `inverse`, the device's `1/S` (a
+    /// one-element f32 tensor, never read).
+    pub(crate) fn on_device(
+        grads: &'a mut GradientsParams,
+        inverse: Tensor<1>,
+        kind: CheckKind,
+    ) -> Self {
+        Self {
+            grads,
+            inverse: Some(Inverse::Device(Box::new(inverse))),
             kind,
             seen: HashSet::new(),
             checks: Vec::new(),
@@ -108,8 +132,13 @@ impl ModuleVisitor for GradCheck<'_> {
         }
         let wide = wide(own, target);
         let mut unscaled = grad.cast(wide);
-        if let Some(inverse) = self.inverse {
-            unscaled = unscaled.mul_scalar(inverse);
+        match &self.inverse {
+            Some(Inverse::Host(inverse)) => unscaled = unscaled.mul_scalar(*inverse),
+            Some(Inverse::Device(inverse)) => {
+                let factor = (**inverse).clone().to_device(&unscaled.device()).cast(wide);
+                unscaled = unscaled.mul(factor.reshape([1; D]));
+            }
+            None => {}
         }
         let out = unscaled.cast(target.unwrap_or(wide));
         let count = out.shape().num_elements();

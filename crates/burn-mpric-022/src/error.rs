@@ -50,6 +50,10 @@ pub enum StepError {
         /// [`step_with`](crate::LossScaler::step_with), its cause).
         outcome: Box<burn_mpric_core::scale::StepOutcome>,
     },
+    /// The device path ([`DeviceLossScaler`](crate::DeviceLossScaler)) cannot take this
+    /// scaler's steps as the host would; the reason says why and what to use instead.
+    #[error("this scaler cannot decide on the device: {0}")]
+    NotOnDevice(String),
     /// A sum across processes ([`DataParallel`](crate::DataParallel)) failed: a process was
     /// lost or refused, named in the message.
     #[error("the sum across processes failed: {0}")]

@@ -56,6 +56,7 @@ pub mod audit;
 pub mod autocast;
 mod cast;
 mod check;
+mod device;
 mod dtype;
 mod error;
 pub mod export;
@@ -70,6 +71,9 @@ pub use autocast::{
     Autocast, AutocastError, ComputeCast, FullPrecision, KeptBecause, ParamPlan, autocast,
 };
 pub use cast::{CastFloat, cast_for_compute, cast_for_output};
+pub use device::{
+    DeviceLossScaler, DeviceOptimizer, DeviceOptimizerRecord, DeviceRule, DeviceScale,
+};
 pub use dtype::{from_burn_dtype, resolve_policy, supported_float_dtypes, to_burn_dtype};
 pub use error::StepError;
 pub use overflow::find_overflow;

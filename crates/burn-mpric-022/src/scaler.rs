@@ -254,6 +254,11 @@ impl LossScaler {
         &self.state
     }
 
+    /// The state, for the device path's replay of the steps it decided.
+    pub(crate) fn state_mut(&mut self) -> &mut ScalerState {
+        &mut self.state
+    }
+
     /// The loss scale's state.
     ///
     /// # Example

@@ -104,8 +104,7 @@ pub use clip::{GlobalNormClip, global_grad_norm};
 #[cfg(feature = "collective")]
 pub use collective::{all_peers_finite, sum_over_peers};
 pub use device::{
-    DeviceAdamConfig, DeviceAdamWConfig, DeviceLossScaler, DeviceOptimizer, DeviceOptimizerRecord,
-    DeviceRule, DeviceScale, DeviceSgdConfig,
+    DeviceLossScaler, DeviceOptimizer, DeviceOptimizerRecord, DeviceRule, DeviceScale,
 };
 pub use dtype::BurnDType;
 pub use error::StepError;
@@ -121,9 +120,10 @@ pub use unscale::{UnscaledGrads, cast_grads_to_param_dtype, unscale_grads};
 
 // The rules without tensors live once, in burn-mpric-core, for both editions.
 pub use burn_mpric_core::scale::{
-    DEFAULT_MAX_CONSECUTIVE_SKIPS, DynamicLossScale, LossScale, LossScaleConfig, LossScaleError,
-    LossScaleKind, LossScalePreset, MAX_STATE_FILE_BYTES, MIN_SCALE, NoOpLossScale,
-    OVERFLOW_NAMES_SHOWN, Overflow, PROBE_SHIFT, ProbeRead, RECORD_FORMAT_VERSION, ScaleRecord,
-    ScalerRecord, ScalerState, ScalerStats, SkipCause, StateError, StaticLossScale, StepAction,
-    StepOutcome, StepSlot, UpdateRule, inverse_scale, unscale_dtype,
+    DEFAULT_MAX_CONSECUTIVE_SKIPS, DeviceAdamConfig, DeviceAdamWConfig, DeviceSgdConfig,
+    DynamicLossScale, LossScale, LossScaleConfig, LossScaleError, LossScaleKind, LossScalePreset,
+    MAX_STATE_FILE_BYTES, MIN_SCALE, NoOpLossScale, OVERFLOW_NAMES_SHOWN, Overflow, PROBE_SHIFT,
+    ProbeRead, RECORD_FORMAT_VERSION, ScaleRecord, ScalerRecord, ScalerState, ScalerStats,
+    SkipCause, StateError, StaticLossScale, StepAction, StepOutcome, StepSlot, UpdateRule,
+    inverse_scale, unscale_dtype,
 };

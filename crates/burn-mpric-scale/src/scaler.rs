@@ -108,6 +108,11 @@ impl LossScaler {
         &self.core
     }
 
+    /// The state, for the device path's replay of the steps it decided.
+    pub(crate) fn core_mut(&mut self) -> &mut ScalerState {
+        &mut self.core
+    }
+
     /// Stops the run with [`StepError::Stalled`] once `max` steps in a row were skipped
     /// (default [`DEFAULT_MAX_CONSECUTIVE_SKIPS`], as `mpric train`'s
     /// `max_consecutive_skips`); `0` never stops, for loops that read
@@ -388,7 +393,7 @@ impl LossScaler {
         outcome
     }
 
-    pub(crate) fn update_finished(
+    fn update_finished(
         &mut self,
         finite: bool,
         loss: Option<f32>,
@@ -749,7 +754,7 @@ impl LossScaler {
     }
 
     /// `Err(StepError::Stalled)` when a skipped `outcome` reaches the limit of skips in a row.
-    pub(crate) fn stalled(&self, outcome: StepOutcome) -> Result<StepOutcome, StepError> {
+    fn stalled(&self, outcome: StepOutcome) -> Result<StepOutcome, StepError> {
         let max = self.max_consecutive_skips;
         if outcome.is_skipped() && max > 0 && outcome.stats.consecutive_skipped >= max {
             Err(StepError::Stalled {

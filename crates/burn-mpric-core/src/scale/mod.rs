@@ -23,6 +23,8 @@
 pub(crate) mod cause;
 mod clip;
 mod config;
+mod device;
+mod device_optim;
 mod dynamic;
 mod invalid;
 mod limits;
@@ -40,6 +42,8 @@ mod unscale;
 pub use cause::{PROBE_SHIFT, ProbeRead, SkipCause};
 pub use clip::ClipNorm;
 pub use config::{LossScaleConfig, UpdateRule};
+pub use device::{DeviceScaleRule, DeviceScaleState, DeviceStepRead};
+pub use device_optim::{DeviceAdamConfig, DeviceAdamWConfig, DeviceSgdConfig};
 pub use dynamic::DynamicLossScale;
 pub use invalid::LossScaleError;
 pub use limits::{DEFAULT_MAX_CONSECUTIVE_SKIPS, MIN_SCALE};

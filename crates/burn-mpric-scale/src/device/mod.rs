@@ -14,6 +14,6 @@ mod scale;
 mod scaler;
 
 pub use optim::{DeviceOptimizer, DeviceOptimizerRecord};
-pub use rules::{DeviceAdamConfig, DeviceAdamWConfig, DeviceRule, DeviceSgdConfig};
+pub use rules::DeviceRule;
 pub use scale::DeviceScale;
 pub use scaler::DeviceLossScaler;

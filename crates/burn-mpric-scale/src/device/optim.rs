@@ -36,7 +36,7 @@ use crate::dtype::float_dtype;
 /// let mut optim = DeviceOptimizer::<_, Flex>::new(DeviceAdamConfig::new());
 /// let flag = |value| Tensor::<Flex, 1, Bool>::from_bool([value].into(), &device);
 ///
-/// let grads = || GradientsParams::from_grads(model.forward(Tensor::ones([1, 2], &device)).sum().backward(), &model);
+/// let grads = || GradientsParams::from_grads(model.forward(Tensor::<B, 2>::ones([1, 2], &device)).sum().backward(), &model);
 /// let skipped = optim.step(0.1, model.clone(), grads(), flag(false));
 /// assert_eq!(skipped.weight.val().into_data(), before);
 /// let applied = optim.step(0.1, model.clone(), grads(), flag(true));

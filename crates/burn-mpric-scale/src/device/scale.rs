@@ -3,7 +3,7 @@
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, FloatDType, Int, Tensor, TensorData};
-use burn_mpric_core::scale::{LossScale, LossScaleConfig, UpdateRule};
+use burn_mpric_core::scale::{DeviceScaleRule, DeviceScaleState, LossScale};
 
 use crate::error::StepError;
 
@@ -38,7 +38,7 @@ pub struct DeviceScale<B: Backend> {
     counter: Tensor<B, 1, Int>,
     hysteresis_left: Tensor<B, 1, Int>,
     /// `None` for static and no-op scales, which never move.
-    config: Option<LossScaleConfig>,
+    rule: Option<DeviceScaleRule>,
 }
 
 impl<B: Backend> DeviceScale<B> {
@@ -60,35 +60,12 @@ impl<B: Backend> DeviceScale<B> {
     /// assert!(DeviceScale::<Flex>::new(&odd, &device).is_err());
     /// ```
     pub fn new(state: &LossScale, device: &B::Device) -> Result<Self, StepError> {
-        let (scale, counter, hysteresis_left, config) = match state {
-            LossScale::Dynamic(dynamic) => {
-                let config = *dynamic.config();
-                for (name, factor) in [
-                    ("growth_factor", config.growth_factor),
-                    ("backoff_factor", config.backoff_factor),
-                ] {
-                    if f64::from(factor as f32) != factor {
-                        return Err(StepError::NotOnDevice(format!(
-                            "{name} {factor} is not exact in f32, so the device cannot round \
-                             `scale * {name}` as the host does; use a factor such as 2 or 0.5, \
-                             or the host-read step (LossScaler)"
-                        )));
-                    }
-                }
-                (
-                    dynamic.loss_scale(),
-                    dynamic.counter(),
-                    dynamic.hysteresis_left(),
-                    Some(config),
-                )
-            }
-            other => (other.loss_scale(), 0, 0, None),
-        };
+        let state = DeviceScaleState::of(state).map_err(StepError::NotOnDevice)?;
         Ok(Self {
-            scale: f32_value(scale, device),
-            counter: int_value(counter, device),
-            hysteresis_left: int_value(hysteresis_left, device),
-            config,
+            scale: f32_value(state.scale, device),
+            counter: int_value(state.counter, device),
+            hysteresis_left: int_value(state.hysteresis_left, device),
+            rule: state.rule,
         })
     }
 
@@ -147,79 +124,59 @@ impl<B: Backend> DeviceScale<B> {
     /// ```
     #[must_use]
     pub fn adjust(self, finite: Tensor<B, 1, Bool>) -> Self {
-        let Some(c) = self.config else {
+        let Some(rule) = self.rule else {
             return self;
         };
         let Self {
             scale,
             counter,
             hysteresis_left: left,
-            config,
+            rule: _,
         } = self;
-        let device = scale.device();
-        let interval = i64::from(c.growth_interval);
-        let full = int_value(c.hysteresis, &device);
+        let full = int_value(rule.hysteresis, &scale.device());
 
-        // A finite step: grow after `interval` of them, else count it.
-        let grow = match c.rule {
-            UpdateRule::Flax => counter.clone().greater_equal_elem(interval),
-            UpdateRule::Standard | UpdateRule::DeepSpeed { .. } => {
-                counter.clone().add_scalar(1).greater_equal_elem(interval)
-            }
-        };
-        let finite_scale = scale.clone().mask_where(grow.clone(), grown(&scale, &c));
+        // A finite step: grow at the rule's count, else count it.
+        let grow = counter.clone().greater_equal_elem(i64::from(rule.grow_at));
+        let mut grown = scale.clone().mul_scalar(rule.growth_factor);
+        if let Some(max) = rule.max_scale {
+            grown = grown.clamp_max(max);
+        }
+        // Past f32::MAX the scale stays where it was.
+        let grown = scale.clone().mask_where(grown.clone().is_finite(), grown);
+        let finite_scale = scale.clone().mask_where(grow.clone(), grown);
         let finite_counter = counter.clone().add_scalar(1).mask_fill(grow.clone(), 0);
-        let finite_left = match c.rule {
-            UpdateRule::DeepSpeed {
-                consecutive_hysteresis: true,
-            } => full.clone(),
-            _ => left.clone().mask_where(grow, full),
+        let finite_left = if rule.consecutive_hysteresis {
+            full.clone()
+        } else {
+            left.clone().mask_where(grow, full)
         };
 
         // A non-finite step: back off once the hysteresis is used up.
-        let (overflow_left, back_off) = match c.rule {
-            UpdateRule::DeepSpeed { .. } => {
-                let back_off = left.clone().lower_equal_elem(1);
-                let kept = left
-                    .clone()
-                    .sub_scalar(1)
-                    .mask_where(back_off.clone(), left);
-                (kept, back_off)
-            }
-            UpdateRule::Standard | UpdateRule::Flax => {
-                let next = left.sub_scalar(1).clamp_min(0);
-                let back_off = next.clone().equal_elem(0);
-                (next, back_off)
-            }
+        let (overflow_left, back_off) = if rule.deepspeed {
+            let back_off = left.clone().lower_equal_elem(1);
+            let used = left
+                .clone()
+                .sub_scalar(1)
+                .mask_where(back_off.clone(), left);
+            (used, back_off)
+        } else {
+            let used = left.sub_scalar(1).clamp_min(0);
+            (used.clone(), used.equal_elem(0))
         };
-        let overflow_scale = scale.clone().mask_where(back_off, backed_off(&scale, &c));
+        let backed_off = scale
+            .clone()
+            .mul_scalar(rule.backoff_factor)
+            .clamp_min(rule.min_scale);
+        let overflow_scale = scale.mask_where(back_off, backed_off);
         let overflow_counter = counter.zeros_like();
 
         Self {
             scale: overflow_scale.mask_where(finite.clone(), finite_scale),
             counter: overflow_counter.mask_where(finite.clone(), finite_counter),
             hysteresis_left: overflow_left.mask_where(finite, finite_left),
-            config,
+            rule: Some(rule),
         }
     }
-}
-
-/// `scale * growth_factor`, clamped at `max_scale`; the old scale where that is infinite.
-fn grown<B: Backend>(scale: &Tensor<B, 1>, c: &LossScaleConfig) -> Tensor<B, 1> {
-    let mut grown = scale.clone().mul_scalar(c.growth_factor as f32);
-    if let Some(max) = c.max_scale {
-        grown = grown.clamp_max(max);
-    }
-    let finite = grown.clone().is_finite();
-    scale.clone().mask_where(finite, grown)
-}
-
-/// `scale * backoff_factor`, at least `min_scale`.
-fn backed_off<B: Backend>(scale: &Tensor<B, 1>, c: &LossScaleConfig) -> Tensor<B, 1> {
-    scale
-        .clone()
-        .mul_scalar(c.backoff_factor as f32)
-        .clamp_min(c.min_scale)
 }
 
 /// A one-element f32 tensor holding `value` exactly. Made from ones and scaled at f32, since

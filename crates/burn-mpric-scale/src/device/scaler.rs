@@ -5,7 +5,7 @@ use burn::module::AutodiffModule;
 use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, DType, FloatDType, Tensor, Transaction};
-use burn_mpric_core::scale::StepOutcome;
+use burn_mpric_core::scale::{DeviceStepRead, StepOutcome};
 
 use super::optim::DeviceOptimizer;
 use super::rules::DeviceRule;
@@ -341,7 +341,7 @@ impl<B: Backend> DeviceLossScaler<B> {
                 StepError::UnexpectedRead("the transaction returned too few values".into())
             })
         };
-        let mut read = Vec::with_capacity(count);
+        let mut read: Vec<DeviceStepRead> = Vec::with_capacity(count);
         for step in &self.pending[..count] {
             let finite = match step.finite {
                 Some(_) => read_bool(next()?)?,
@@ -358,18 +358,8 @@ impl<B: Backend> DeviceLossScaler<B> {
             false => None,
         };
         self.pending.drain(..count);
-        let mut stalled = None;
-        let outcomes: Vec<StepOutcome> = read
-            .into_iter()
-            .map(|(finite, loss)| {
-                let loss = loss.map(|loss| self.host.core().unscale_loss(loss));
-                let outcome = self.host.update_finished(finite, loss, None);
-                if let Err(err) = self.host.stalled(outcome.clone()) {
-                    stalled.get_or_insert(err);
-                }
-                outcome
-            })
-            .collect();
+        let max = self.host.max_consecutive_skips();
+        let (outcomes, stalled) = self.host.core_mut().replay(&read, max);
         if let Some(device) = device_scale
             && device != self.host.scale()
         {
@@ -380,7 +370,10 @@ impl<B: Backend> DeviceLossScaler<B> {
             )));
         }
         match stalled {
-            Some(err) => Err(err),
+            Some(index) => Err(StepError::Stalled {
+                max,
+                outcome: Box::new(outcomes[index].clone()),
+            }),
             None => Ok(outcomes),
         }
     }

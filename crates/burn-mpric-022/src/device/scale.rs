@@ -1,0 +1,195 @@
+//! The loss scale's state machine as device tensors: burn-mpric-core's decisions, taken on
+//! the device from a finiteness flag the host never reads.
+
+use burn::tensor::{Bool, Device, FloatDType, Int, Tensor, TensorData};
+use burn_mpric_core::scale::{DeviceScaleRule, DeviceScaleState, LossScale};
+
+use crate::error::StepError;
+
+/// A loss scale held on the device: the scale (f32), its growth counter and hysteresis
+/// tracker (ints), advanced by [`adjust`](Self::adjust) with the same decisions, bit for bit,
+/// as burn-mpric-core's [`DynamicLossScale::adjust`](burn_mpric_core::scale::DynamicLossScale::adjust)
+/// (static and no-op scales never move).
+///
+/// The growth and backoff factors must be exact in f32 (2 and 0.5 are, as in every preset):
+/// the core rounds `scale * factor` from f64 once, and the device's f32 product is that same
+/// rounding only when the factor itself is an f32.
+///
+/// # Example
+///
+/// ```
+/// use burn::tensor::{Bool, Device, Tensor};
+/// use burn_mpric_022::DeviceScale;
+/// use burn_mpric_core::scale::{LossScale, LossScaleConfig};
+///
+/// let device = Device::flex();
+/// let config = LossScaleConfig::new().with_initial_scale(8.0).with_growth_interval(1);
+/// let state = LossScale::dynamic(config).unwrap();
+/// let scale = DeviceScale::new(&state, &device).unwrap();
+/// let grown = scale.adjust(Tensor::<1, Bool>::from_bool([true].into(), &device));
+/// assert_eq!(grown.scale().into_scalar::<f32>(), 16.0);
+/// let backed_off = grown.adjust(Tensor::<1, Bool>::from_bool([false].into(), &device));
+/// assert_eq!(backed_off.scale().into_scalar::<f32>(), 8.0);
+/// ```
+#[derive(Debug, Clone)]
+pub struct DeviceScale {
+    scale: Tensor<1>,
+    counter: Tensor<1, Int>,
+    hysteresis_left: Tensor<1, Int>,
+    /// `None` for static and no-op scales, which never move.
+    rule: Option<DeviceScaleRule>,
+}
+
+impl DeviceScale {
+    /// The device copy of a host state (a fresh scaler's, or one restored from a checkpoint).
+    ///
+    /// Fails with [`StepError::NotOnDevice`] when a dynamic scale's growth or backoff factor
+    /// is not exact in f32.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_022::DeviceScale;
+    /// use burn_mpric_core::scale::{LossScale, LossScaleConfig};
+    ///
+    /// use burn::tensor::Device;
+    /// let device = Device::flex();
+    /// let fine = LossScale::dynamic(LossScaleConfig::new()).unwrap();
+    /// assert!(DeviceScale::new(&fine, &device).is_ok());
+    /// let odd = LossScale::dynamic(LossScaleConfig::new().with_growth_factor(1.1)).unwrap();
+    /// assert!(DeviceScale::new(&odd, &device).is_err());
+    /// ```
+    pub fn new(state: &LossScale, device: &Device) -> Result<Self, StepError> {
+        let state = DeviceScaleState::of(state).map_err(StepError::NotOnDevice)?;
+        Ok(Self {
+            scale: f32_value(state.scale, device),
+            counter: int_value(state.counter, device),
+            hysteresis_left: int_value(state.hysteresis_left, device),
+            rule: state.rule,
+        })
+    }
+
+    /// The current scale: a one-element f32 tensor on the device.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::tensor::{DType, Device};
+    /// use burn_mpric_022::DeviceScale;
+    /// use burn_mpric_core::scale::LossScale;
+    ///
+    /// let scale = DeviceScale::new(&LossScale::fixed(64.0).unwrap(), &Device::flex()).unwrap();
+    /// assert_eq!(scale.scale().dtype(), DType::F32);
+    /// assert_eq!(scale.scale().into_scalar::<f32>(), 64.0);
+    /// ```
+    pub fn scale(&self) -> Tensor<1> {
+        self.scale.clone()
+    }
+
+    /// The growth counter and the hysteresis tracker, as device tensors (zero for static and
+    /// no-op scales).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_022::DeviceScale;
+    /// use burn_mpric_core::scale::{LossScale, LossScaleConfig};
+    ///
+    /// use burn::tensor::Device;
+    /// let state = LossScale::dynamic(LossScaleConfig::megatron()).unwrap();
+    /// let scale = DeviceScale::new(&state, &Device::flex()).unwrap();
+    /// let (counter, hysteresis) = scale.counters();
+    /// assert_eq!((counter.into_scalar::<i64>(), hysteresis.into_scalar::<i64>()), (0, 2));
+    /// ```
+    pub fn counters(&self) -> (Tensor<1, Int>, Tensor<1, Int>) {
+        (self.counter.clone(), self.hysteresis_left.clone())
+    }
+
+    /// The state after a step whose gradients were all finite where `finite` (a one-element
+    /// bool tensor on this device) is true: the core's rule, in select ops, with nothing read.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::tensor::{Bool, Device, Tensor};
+    /// use burn_mpric_022::DeviceScale;
+    /// use burn_mpric_core::scale::{LossScale, LossScaleConfig};
+    ///
+    /// let device = Device::flex();
+    /// let state = LossScale::dynamic(LossScaleConfig::new().with_initial_scale(2.0)).unwrap();
+    /// let no = Tensor::<1, Bool>::from_bool([false].into(), &device);
+    /// let scale = DeviceScale::new(&state, &device).unwrap();
+    /// // Backoff stops at min_scale (1.0).
+    /// let scale = scale.adjust(no.clone()).adjust(no);
+    /// assert_eq!(scale.scale().into_scalar::<f32>(), 1.0);
+    /// ```
+    #[must_use]
+    pub fn adjust(self, finite: Tensor<1, Bool>) -> Self {
+        let Some(rule) = self.rule else {
+            return self;
+        };
+        let Self {
+            scale,
+            counter,
+            hysteresis_left: left,
+            rule: _,
+        } = self;
+        let full = int_value(rule.hysteresis, &scale.device());
+
+        // A finite step: grow at the rule's count, else count it.
+        let grow = counter.clone().greater_equal_elem(i64::from(rule.grow_at));
+        let mut grown = scale.clone().mul_scalar(rule.growth_factor);
+        if let Some(max) = rule.max_scale {
+            grown = grown.clamp_max(max);
+        }
+        // Past f32::MAX the scale stays where it was.
+        let grown = scale.clone().mask_where(grown.clone().is_finite(), grown);
+        let finite_scale = scale.clone().mask_where(grow.clone(), grown);
+        let finite_counter = counter.clone().add_scalar(1).mask_fill(grow.clone(), 0);
+        let finite_left = if rule.consecutive_hysteresis {
+            full.clone()
+        } else {
+            left.clone().mask_where(grow, full)
+        };
+
+        // A non-finite step: back off once the hysteresis is used up.
+        let (overflow_left, back_off) = if rule.deepspeed {
+            let back_off = left.clone().lower_equal_elem(1);
+            let used = left
+                .clone()
+                .sub_scalar(1)
+                .mask_where(back_off.clone(), left);
+            (used, back_off)
+        } else {
+            let used = left.sub_scalar(1).clamp_min(0);
+            (used.clone(), used.equal_elem(0))
+        };
+        let backed_off = scale
+            .clone()
+            .mul_scalar(rule.backoff_factor)
+            .clamp_min(rule.min_scale);
+        let overflow_scale = scale.mask_where(back_off, backed_off);
+        let overflow_counter = counter.zeros_like();
+
+        Self {
+            scale: overflow_scale.mask_where(finite.clone(), finite_scale),
+            counter: overflow_counter.mask_where(finite.clone(), finite_counter),
+            hysteresis_left: overflow_left.mask_where(finite, finite_left),
+            rule: Some(rule),
+        }
+    }
+}
+
+/// A one-element f32 tensor holding `value` exactly. Made from ones and scaled at f32, since
+/// a device may make new float tensors at a narrower default dtype, where a scale such as
+/// 2^16 does not exist.
+pub(crate) fn f32_value(value: f32, device: &Device) -> Tensor<1> {
+    Tensor::<1>::ones([1], device)
+        .cast(FloatDType::F32)
+        .mul_scalar(value)
+}
+
+/// A one-element int tensor holding `value`.
+fn int_value(value: u32, device: &Device) -> Tensor<1, Int> {
+    Tensor::from_data(TensorData::from([i64::from(value)]), device)
+}

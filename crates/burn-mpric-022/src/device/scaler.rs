@@ -1,0 +1,379 @@
+//! [`DeviceLossScaler`]: the step contract with the skip decided on the device and the host
+//! told later.
+
+use burn::module::Module;
+use burn::optim::GradientsParams;
+use burn::tensor::{Bool, DType, Device, FloatDType, Tensor, Transaction};
+use burn_mpric_core::scale::{DeviceStepRead, StepOutcome};
+
+use super::optim::DeviceOptimizer;
+use super::rules::DeviceRule;
+use super::scale::DeviceScale;
+use crate::check::{CheckKind, GradCheck};
+use crate::error::StepError;
+use crate::scaler::LossScaler;
+
+/// Loss scaling with the skip decided on the device (Burn 0.22): the finiteness flag, the
+/// scale and its growth counter stay device tensors, the optimizer's update is kept or
+/// discarded by a select on the flag ([`DeviceOptimizer`]), and the host reads nothing
+/// between backward and the optimizer. It learns each step's [`StepOutcome`] later, all
+/// pending steps in one read: at [`sync`](Self::sync) or every `n` steps, one step behind
+/// ([`with_sync_every`](Self::with_sync_every)). The same contract as the 0.21 edition's
+/// `DeviceLossScaler`: the outcomes are the host scaler's, replayed from the flags read
+/// (burn-mpric-core's `ScalerState::replay`), and the device's scale is checked against them
+/// at every full sync. Not on this path yet: clipping, the names of the parameters that
+/// overflowed, the skip-cause probe; use [`LossScaler`] for them.
+///
+/// # Example
+///
+/// ```
+/// use burn::nn::LinearConfig;
+/// use burn::optim::GradientsParams;
+/// use burn::tensor::{Device, Tensor};
+/// use burn_mpric_022::{DeviceLossScaler, DeviceOptimizer, LossScaler};
+/// use burn_mpric_core::scale::DeviceAdamConfig;
+///
+/// let device = Device::flex().autodiff();
+/// let mut model = LinearConfig::new(4, 1).init(&device);
+/// let mut optim = DeviceOptimizer::new(DeviceAdamConfig::new());
+/// let mut scaler = DeviceLossScaler::new(LossScaler::default(), &device).unwrap();
+/// for _ in 0..3 {
+///     let loss = model.forward(Tensor::<2>::ones([2, 4], &device)).square().mean();
+///     let scaled = scaler.scale_loss(loss);
+///     let grads = GradientsParams::from_grads(scaled.backward(), &model);
+///     let (next, learned) = scaler.step(&mut optim, 1e-3, model, grads, Some(scaled));
+///     model = next;
+///     assert!(learned.unwrap().is_empty()); // nothing was read
+/// }
+/// let outcomes = scaler.sync().unwrap(); // one read for the three steps
+/// assert_eq!(outcomes.len(), 3);
+/// assert!(outcomes.iter().all(|o| o.is_applied() && o.loss.is_some()));
+/// ```
+pub struct DeviceLossScaler {
+    /// The host's scaler, as of the last step it learned.
+    host: LossScaler,
+    /// The state the next step uses.
+    device: DeviceScale,
+    pending: Vec<Pending>,
+    sync_every: usize,
+}
+
+/// A step the host has not read yet.
+struct Pending {
+    /// `None`: the step had no gradients (finite, as in jmp).
+    finite: Option<Tensor<1, Bool>>,
+    /// The mean of the scaled loss, at f32.
+    loss: Option<Tensor<1>>,
+}
+
+impl DeviceLossScaler {
+    /// The device path of a host scaler (a fresh one, or one restored from a checkpoint),
+    /// its state copied to `device` (without autodiff).
+    ///
+    /// Fails with [`StepError::NotOnDevice`] when the scaler clips gradients or its growth
+    /// or backoff factor is not exact in f32.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::tensor::Device;
+    /// use burn_mpric_022::{DeviceLossScaler, LossScaler};
+    ///
+    /// assert!(DeviceLossScaler::new(LossScaler::default(), &Device::flex()).is_ok());
+    /// let clipped = LossScaler::default().with_clip_norm(1.0).unwrap();
+    /// assert!(DeviceLossScaler::new(clipped, &Device::flex()).is_err());
+    /// ```
+    pub fn new(host: LossScaler, device: &Device) -> Result<Self, StepError> {
+        if host.clip().is_some() {
+            return Err(StepError::NotOnDevice(
+                "global-norm clipping needs the norm on the host; use LossScaler for clipped \
+                 steps"
+                    .into(),
+            ));
+        }
+        let device = device.clone().without_autodiff();
+        Ok(Self {
+            device: DeviceScale::new(host.loss_scale(), &device)?,
+            host,
+            pending: Vec::new(),
+            sync_every: 0,
+        })
+    }
+
+    /// Reads the pending steps every `n` steps, one step behind: after the `n + 1`-th
+    /// pending step is queued, the `n` before it are read. `0` (the default) reads only at
+    /// [`sync`](Self::sync).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::tensor::Device;
+    /// use burn_mpric_022::{DeviceLossScaler, LossScaler};
+    ///
+    /// let scaler = DeviceLossScaler::new(LossScaler::default(), &Device::flex()).unwrap();
+    /// assert_eq!(scaler.with_sync_every(10).sync_every(), 10);
+    /// ```
+    #[must_use]
+    pub fn with_sync_every(self, n: usize) -> Self {
+        Self {
+            sync_every: n,
+            ..self
+        }
+    }
+
+    /// How often pending steps are read (0: only at [`sync`](Self::sync)).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::tensor::Device;
+    /// use burn_mpric_022::{DeviceLossScaler, LossScaler};
+    ///
+    /// let scaler = DeviceLossScaler::new(LossScaler::default(), &Device::flex()).unwrap();
+    /// assert_eq!(scaler.sync_every(), 0);
+    /// ```
+    pub fn sync_every(&self) -> usize {
+        self.sync_every
+    }
+
+    /// The host's scaler as of the last step it learned; [`sync`](Self::sync) first to
+    /// include every step, as before a checkpoint.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::tensor::Device;
+    /// use burn_mpric_022::{DeviceLossScaler, LossScaler};
+    ///
+    /// let scaler = DeviceLossScaler::new(LossScaler::default(), &Device::flex()).unwrap();
+    /// assert_eq!(scaler.host().scale(), 32768.0);
+    /// ```
+    pub fn host(&self) -> &LossScaler {
+        &self.host
+    }
+
+    /// The scale the next step uses, on the device.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::tensor::Device;
+    /// use burn_mpric_022::{DeviceLossScaler, LossScaler};
+    ///
+    /// let scaler = DeviceLossScaler::new(LossScaler::fixed(4.0).unwrap(), &Device::flex()).unwrap();
+    /// assert_eq!(scaler.device_scale().scale().into_scalar::<f32>(), 4.0);
+    /// ```
+    pub fn device_scale(&self) -> &DeviceScale {
+        &self.device
+    }
+
+    /// Steps taken and not read yet.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::tensor::Device;
+    /// use burn_mpric_022::{DeviceLossScaler, LossScaler};
+    ///
+    /// let scaler = DeviceLossScaler::new(LossScaler::default(), &Device::flex()).unwrap();
+    /// assert_eq!(scaler.pending(), 0);
+    /// ```
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Multiplies the loss by the device's scale `S`, at f32 (f64 stays f64), before
+    /// backward.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::tensor::{DType, Device, FloatDType, Tensor};
+    /// use burn_mpric_022::{DeviceLossScaler, LossScaler};
+    ///
+    /// let device = Device::flex().autodiff();
+    /// let scaler = DeviceLossScaler::new(LossScaler::default(), &device).unwrap();
+    /// let loss = Tensor::<1>::from_floats([4.0], &device).cast(FloatDType::F16);
+    /// let scaled = scaler.scale_loss(loss);
+    /// assert_eq!(scaled.dtype(), DType::F32);
+    /// assert_eq!(scaled.into_scalar::<f32>(), 131072.0);
+    /// ```
+    pub fn scale_loss<const D: usize>(&self, loss: Tensor<D>) -> Tensor<D> {
+        let wide = match loss.dtype() {
+            DType::F64 => FloatDType::F64,
+            _ => FloatDType::F32,
+        };
+        let scale = self.device.scale().cast(wide);
+        let scale = scale.to_device(&loss.device().without_autodiff());
+        loss.cast(wide).mul(scale.reshape([1; D]))
+    }
+
+    /// One optimizer step over `grads` (from a loss scaled by
+    /// [`scale_loss`](Self::scale_loss)), with nothing read: each gradient is cast to f32,
+    /// unscaled by the device's `1/S`, stored at its parameter's dtype and reduced to a
+    /// device flag; `optim` applies or discards its update by that flag, and the device's
+    /// scale moves on by it. `scaled_loss`, when given, is kept (its mean) for the outcome.
+    ///
+    /// Returns the outcomes the host learned in this call: none, unless
+    /// [`with_sync_every`](Self::with_sync_every) made it read. The module always comes
+    /// back; on `Err` from a gradient's shape nothing changed.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::nn::LinearConfig;
+    /// use burn::optim::GradientsParams;
+    /// use burn::tensor::{Device, Tensor};
+    /// use burn_mpric_022::{DeviceLossScaler, DeviceOptimizer, LossScaler};
+    /// use burn_mpric_core::scale::DeviceSgdConfig;
+    ///
+    /// let model = LinearConfig::new(1, 1).init(&Device::flex().autodiff());
+    /// let before = model.weight.val().into_data();
+    /// let mut scaler = DeviceLossScaler::new(LossScaler::default(), &Device::flex()).unwrap();
+    /// let mut grads = GradientsParams::new();
+    /// grads.register(model.weight.id, Tensor::<2>::from_floats([[f32::NAN]], &Device::flex()));
+    /// let mut optim = DeviceOptimizer::new(DeviceSgdConfig::new());
+    /// let (model, learned) = scaler.step::<_, _, 1>(&mut optim, 1.0, model, grads, None);
+    /// assert!(learned.unwrap().is_empty());
+    /// assert_eq!(model.weight.val().into_data(), before); // skipped on the device
+    /// let outcome = &scaler.sync().unwrap()[0];
+    /// assert!(outcome.is_skipped());
+    /// assert_eq!(outcome.next_scale, 16384.0);
+    /// ```
+    pub fn step<M: Module, R: DeviceRule, const D: usize>(
+        &mut self,
+        optim: &mut DeviceOptimizer<R>,
+        lr: f64,
+        module: M,
+        mut grads: GradientsParams,
+        scaled_loss: Option<Tensor<D>>,
+    ) -> (M, Result<Vec<StepOutcome>, StepError>) {
+        let inverse = self.device.scale().recip();
+        let mut visitor = GradCheck::on_device(&mut grads, inverse, CheckKind::Sum);
+        module.visit(&mut visitor);
+        let (checks, error) = visitor.finish();
+        if let Some(err) = error {
+            return (module, Err(err));
+        }
+        let finite = checks.first().map(|first| {
+            let device = first.device();
+            let checks = checks
+                .iter()
+                .map(|c| c.clone().to_device(&device))
+                .collect();
+            Tensor::cat(checks, 0).is_finite().all()
+        });
+        let module = match &finite {
+            Some(flag) => optim.step(lr, module, grads, flag.clone()),
+            None => module,
+        };
+        if let Some(flag) = &finite {
+            let flag = flag.clone().to_device(&self.device.scale().device());
+            self.device = self.device.clone().adjust(flag);
+        }
+        let loss = scaled_loss.map(|loss| loss.without_autodiff().cast(FloatDType::F32).mean());
+        self.pending.push(Pending { finite, loss });
+        let learned = if self.sync_every > 0 && self.pending.len() > self.sync_every {
+            let newest = self.pending.len() - 1;
+            self.read(newest)
+        } else {
+            Ok(Vec::new())
+        };
+        (module, learned)
+    }
+
+    /// Reads every pending step in one transaction and returns their outcomes in order, as
+    /// the host-read path would have reported them; the device's scale is read too and must
+    /// equal the host's.
+    ///
+    /// Fails with [`StepError::Stalled`] when a step reached `max_consecutive_skips` skips in
+    /// a row (every pending step is counted all the same), and with a read error when the
+    /// device could not be read (the steps stay pending).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::tensor::Device;
+    /// use burn_mpric_022::{DeviceLossScaler, LossScaler};
+    ///
+    /// let mut scaler = DeviceLossScaler::new(LossScaler::default(), &Device::flex()).unwrap();
+    /// assert!(scaler.sync().unwrap().is_empty());
+    /// ```
+    pub fn sync(&mut self) -> Result<Vec<StepOutcome>, StepError> {
+        let all = self.pending.len();
+        self.read(all)
+    }
+
+    /// Reads the oldest `count` pending steps (all of them: and the device's scale, checked).
+    fn read(&mut self, count: usize) -> Result<Vec<StepOutcome>, StepError> {
+        let check_scale = count == self.pending.len();
+        let mut transaction = Transaction::default();
+        for step in &self.pending[..count] {
+            if let Some(flag) = &step.finite {
+                transaction = transaction.register(flag.clone());
+            }
+            if let Some(loss) = &step.loss {
+                transaction = transaction.register(loss.clone());
+            }
+        }
+        if check_scale {
+            transaction = transaction.register(self.device.scale());
+        }
+        let mut data = transaction.try_execute()?.into_iter();
+        let mut next = || {
+            data.next().ok_or_else(|| {
+                StepError::UnexpectedRead("the transaction returned too few values".into())
+            })
+        };
+        let one = |data: burn::tensor::TensorData, what: &str| -> Result<f32, StepError> {
+            match data.iter::<f32>().collect::<Vec<_>>().as_slice() {
+                [value] => Ok(*value),
+                _ => Err(StepError::UnexpectedRead(format!("expected one {what}"))),
+            }
+        };
+        let mut read: Vec<DeviceStepRead> = Vec::with_capacity(count);
+        for step in &self.pending[..count] {
+            let finite = match step.finite {
+                // Backends store bools as they like (Wgpu as integers): read through `iter`,
+                // which converts.
+                Some(_) => match next()?.iter::<bool>().collect::<Vec<_>>().as_slice() {
+                    [flag] => *flag,
+                    _ => {
+                        return Err(StepError::UnexpectedRead(
+                            "expected one finiteness flag".into(),
+                        ));
+                    }
+                },
+                None => true,
+            };
+            let loss = match step.loss {
+                Some(_) => Some(one(next()?, "loss")?),
+                None => None,
+            };
+            read.push((finite, loss));
+        }
+        let device_scale = match check_scale {
+            true => Some(one(next()?, "scale")?),
+            false => None,
+        };
+        self.pending.drain(..count);
+        let max = self.host.max_consecutive_skips();
+        let (outcomes, stalled) = self.host.state_mut().replay(&read, max);
+        if let Some(device) = device_scale
+            && device != self.host.scale()
+        {
+            return Err(StepError::UnexpectedRead(format!(
+                "the device's loss scale {device:e} differs from the host's {:e} after the \
+                 same steps",
+                self.host.scale()
+            )));
+        }
+        match stalled {
+            Some(index) => Err(StepError::Stalled {
+                max,
+                outcome: Box::new(outcomes[index].clone()),
+            }),
+            None => Ok(outcomes),
+        }
+    }
+}
