@@ -33,7 +33,7 @@ use crate::dtype::plain_float;
 /// let model = LinearConfig::new(2, 1).init(&device);
 /// let before = model.weight.val().into_data();
 /// let mut optim = DeviceOptimizer::new(DeviceAdamConfig::new());
-/// let flag = |value| Tensor::<1, Bool>::from_bool([value].into(), &Device::flex());
+/// let flag = |value| Tensor::<1, Bool>::from_bool([value], &Device::flex());
 /// let grads = || {
 ///     let loss = model.forward(Tensor::<2>::ones([1, 2], &device)).sum();
 ///     GradientsParams::from_grads(loss.backward(), &model)
@@ -99,12 +99,12 @@ impl<R: DeviceRule> DeviceOptimizer<R> {
     /// use burn_mpric_core::scale::DeviceSgdConfig;
     ///
     /// let model = LinearConfig::new(1, 1).with_bias(false).init(&Device::flex().autodiff());
-    /// let w = model.weight.val().into_data().to_vec::<f32>().unwrap()[0];
+    /// let w = model.weight.val().into_data().try_to_vec::<f32>().unwrap()[0];
     /// let mut grads = GradientsParams::new();
     /// grads.register(model.weight.id, Tensor::<2>::from_floats([[2.0]], &Device::flex()));
-    /// let yes = Tensor::<1, Bool>::from_bool([true].into(), &Device::flex());
+    /// let yes = Tensor::<1, Bool>::from_bool([true], &Device::flex());
     /// let model = DeviceOptimizer::new(DeviceSgdConfig::new()).step(0.5, model, grads, yes);
-    /// assert_eq!(model.weight.val().into_data().to_vec::<f32>().unwrap(), vec![w - 1.0]);
+    /// assert_eq!(model.weight.val().into_data().try_to_vec::<f32>().unwrap(), vec![w - 1.0]);
     /// ```
     pub fn step<M: Module>(
         &mut self,

@@ -25,7 +25,7 @@ use super::scale::f32_value;
 /// let param = Tensor::<1>::from_floats([1.0, 2.0], &device);
 /// let grad = Tensor::<1>::from_floats([10.0, -10.0], &device);
 /// let (param, _) = sgd.update(0.1, param, grad, state);
-/// assert_eq!(param.into_data().to_vec::<f32>().unwrap(), vec![0.0, 3.0]);
+/// assert_eq!(param.into_data().try_to_vec::<f32>().unwrap(), vec![0.0, 3.0]);
 /// ```
 pub trait DeviceRule: Clone + Send + Sync + 'static {
     /// The state of a parameter of `len` elements before its first step.

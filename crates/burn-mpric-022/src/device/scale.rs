@@ -26,9 +26,9 @@ use crate::error::StepError;
 /// let config = LossScaleConfig::new().with_initial_scale(8.0).with_growth_interval(1);
 /// let state = LossScale::dynamic(config).unwrap();
 /// let scale = DeviceScale::new(&state, &device).unwrap();
-/// let grown = scale.adjust(Tensor::<1, Bool>::from_bool([true].into(), &device));
+/// let grown = scale.adjust(Tensor::<1, Bool>::from_bool([true], &device));
 /// assert_eq!(grown.scale().into_scalar::<f32>(), 16.0);
-/// let backed_off = grown.adjust(Tensor::<1, Bool>::from_bool([false].into(), &device));
+/// let backed_off = grown.adjust(Tensor::<1, Bool>::from_bool([false], &device));
 /// assert_eq!(backed_off.scale().into_scalar::<f32>(), 8.0);
 /// ```
 #[derive(Debug, Clone)]
@@ -117,7 +117,7 @@ impl DeviceScale {
     ///
     /// let device = Device::flex();
     /// let state = LossScale::dynamic(LossScaleConfig::new().with_initial_scale(2.0)).unwrap();
-    /// let no = Tensor::<1, Bool>::from_bool([false].into(), &device);
+    /// let no = Tensor::<1, Bool>::from_bool([false], &device);
     /// let scale = DeviceScale::new(&state, &device).unwrap();
     /// // Backoff stops at min_scale (1.0).
     /// let scale = scale.adjust(no.clone()).adjust(no);
