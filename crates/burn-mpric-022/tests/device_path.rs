@@ -397,3 +397,25 @@ fn a_stall_stops_the_run_at_the_sync_that_reads_it() {
         "every pending step is counted"
     );
 }
+
+#[test]
+fn steps_without_gradients_count_as_finite_on_the_device_as_on_the_host() {
+    let device = flex();
+    let mut model = Mlp::new(8, 16, 4, &device);
+    let mut optim = DeviceOptimizer::new(DeviceSgdConfig::new());
+    let config = LossScaleConfig::new()
+        .with_initial_scale(4.0)
+        .with_growth_interval(1);
+    let mut scaler = DeviceLossScaler::new(LossScaler::dynamic(config).unwrap(), &device).unwrap();
+    for _ in 0..3 {
+        let (next, learned) =
+            scaler.step::<_, _, 1>(&mut optim, 1e-2, model, GradientsParams::new(), None);
+        model = next;
+        assert!(learned.unwrap().is_empty());
+    }
+    let outcomes = scaler.sync().unwrap();
+    assert!(outcomes.iter().all(StepOutcome::is_applied));
+    assert_eq!(scaler.host().scale(), 32.0);
+    assert_eq!(scaler.device_scale().scale().into_scalar::<f32>(), 32.0);
+    let _ = model;
+}

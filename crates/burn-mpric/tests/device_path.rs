@@ -17,7 +17,7 @@ use burn_mpric::{MixedPrecision, Policy};
 use burn_mpric_scale::{
     DeviceAdamConfig, DeviceAdamWConfig, DeviceLossScaler, DeviceOptimizer, DeviceOptimizerRecord,
     DeviceRule, DeviceScale, DeviceSgdConfig, DynamicLossScale, LossScale, LossScaleConfig,
-    LossScaler, LossScalerRecord, StepError, StepOutcome, UpdateRule,
+    LossScaler, LossScalerRecord, MAX_PENDING_STEPS, StepError, StepOutcome, UpdateRule,
 };
 
 #[derive(Module, Debug)]
@@ -563,4 +563,50 @@ fn the_host_learns_one_step_behind_and_a_stall_stops_the_run_at_the_sync() {
         }
     }
     panic!("the run did not stop: {learned_per_step:?}");
+}
+
+#[test]
+fn steps_without_gradients_count_as_finite_on_the_device_as_on_the_host() {
+    type B = Autodiff<Flex>;
+    let device = Default::default();
+    let mut model = Net::<B>::new(&device);
+    let mut optim = DeviceOptimizer::new(DeviceSgdConfig::new());
+    let config = LossScaleConfig::new()
+        .with_initial_scale(4.0)
+        .with_growth_interval(1);
+    let mut scaler = DeviceLossScaler::new(LossScaler::dynamic(config).unwrap(), &device).unwrap();
+    for _ in 0..3 {
+        let (next, learned) =
+            scaler.step::<B, _, _, 1>(&mut optim, 1e-2, model, GradientsParams::new(), None);
+        model = next;
+        assert!(learned.unwrap().is_empty());
+    }
+    // The sync checks the device's scale against the host's: both grew three times.
+    let outcomes = scaler.sync().unwrap();
+    assert!(outcomes.iter().all(StepOutcome::is_applied));
+    assert_eq!(scaler.host().scale(), 32.0);
+    assert_eq!(scaler.device_scale().scale().into_scalar(), 32.0);
+    let _ = model;
+}
+
+#[test]
+fn a_loop_that_never_syncs_keeps_a_bounded_number_of_steps_pending() {
+    type B = Autodiff<Flex>;
+    let device = Default::default();
+    let mut model: Linear<B> = LinearConfig::new(1, 1).init(&device);
+    let mut optim = DeviceOptimizer::new(DeviceSgdConfig::new());
+    let mut scaler = DeviceLossScaler::new(LossScaler::default(), &device).unwrap();
+    let mut learned = Vec::new();
+    for _ in 0..=MAX_PENDING_STEPS {
+        let loss = model.forward(Tensor::<B, 2>::ones([1, 1], &device)).sum();
+        let scaled = scaler.scale_loss(loss);
+        let grads = GradientsParams::from_grads(scaled.backward(), &model);
+        let (next, outcomes) = scaler.step(&mut optim, 1e-6, model, grads, Some(scaled));
+        model = next;
+        learned.push(outcomes.unwrap().len());
+    }
+    // The step after the limit read all but itself, in one go.
+    assert_eq!(learned.last(), Some(&MAX_PENDING_STEPS));
+    assert!(learned[..MAX_PENDING_STEPS].iter().all(|n| *n == 0));
+    assert_eq!(scaler.pending(), 1);
 }

@@ -4,7 +4,7 @@
 use burn::module::Module;
 use burn::optim::GradientsParams;
 use burn::tensor::{Bool, DType, Device, FloatDType, Tensor, Transaction};
-use burn_mpric_core::scale::{DeviceStepRead, StepOutcome};
+use burn_mpric_core::scale::{DeviceStepRead, MAX_PENDING_STEPS, StepOutcome};
 
 use super::optim::DeviceOptimizer;
 use super::rules::DeviceRule;
@@ -101,8 +101,8 @@ impl DeviceLossScaler {
     }
 
     /// Reads the pending steps every `n` steps, one step behind: after the `n + 1`-th
-    /// pending step is queued, the `n` before it are read. `0` (the default) reads only at
-    /// [`sync`](Self::sync).
+    /// pending step is queued, the `n` before it are read. `0` (the default) reads at
+    /// [`sync`](Self::sync), and once [`MAX_PENDING_STEPS`] steps are pending.
     ///
     /// # Example
     ///
@@ -121,7 +121,8 @@ impl DeviceLossScaler {
         }
     }
 
-    /// How often pending steps are read (0: only at [`sync`](Self::sync)).
+    /// How often pending steps are read (0: at [`sync`](Self::sync), and once
+    /// [`MAX_PENDING_STEPS`] are pending).
     ///
     /// # Example
     ///
@@ -267,13 +268,21 @@ impl DeviceLossScaler {
             Some(flag) => optim.step(lr, module, grads, flag.clone()),
             None => module,
         };
-        if let Some(flag) = &finite {
-            let flag = flag.clone().to_device(&self.device.scale().device());
-            self.device = self.device.clone().adjust(flag);
-        }
+        // A step without gradients counts as finite (as on the host), and the scale moves
+        // on with it.
+        let scale_device = self.device.scale().device();
+        let flag = match &finite {
+            Some(flag) => flag.clone().to_device(&scale_device),
+            None => Tensor::<1, Bool>::from_bool([true], &scale_device),
+        };
+        self.device = self.device.clone().adjust(flag);
         let loss = scaled_loss.map(|loss| loss.without_autodiff().cast(FloatDType::F32).mean());
         self.pending.push(Pending { finite, loss });
-        let learned = if self.sync_every > 0 && self.pending.len() > self.sync_every {
+        let every = match self.sync_every {
+            0 => MAX_PENDING_STEPS,
+            n => n.min(MAX_PENDING_STEPS),
+        };
+        let learned = if self.pending.len() > every {
             let newest = self.pending.len() - 1;
             self.read(newest)
         } else {

@@ -148,6 +148,18 @@ impl DeviceScaleState {
     }
 }
 
+/// The most steps a device path leaves unread: past this many, a step reads the older ones
+/// (one step behind) even when the loop never asks, so that pending values stay bounded.
+///
+/// # Example
+///
+/// ```
+/// use burn_mpric_core::scale::MAX_PENDING_STEPS;
+///
+/// assert!(MAX_PENDING_STEPS >= 64);
+/// ```
+pub const MAX_PENDING_STEPS: usize = 1024;
+
 /// What the host read of one step the device decided: whether its gradients were finite, and
 /// the mean of its scaled loss when it was kept.
 pub type DeviceStepRead = (bool, Option<f32>);

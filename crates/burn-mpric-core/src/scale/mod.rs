@@ -42,7 +42,7 @@ mod unscale;
 pub use cause::{PROBE_SHIFT, ProbeRead, SkipCause};
 pub use clip::ClipNorm;
 pub use config::{LossScaleConfig, UpdateRule};
-pub use device::{DeviceScaleRule, DeviceScaleState, DeviceStepRead};
+pub use device::{DeviceScaleRule, DeviceScaleState, DeviceStepRead, MAX_PENDING_STEPS};
 pub use device_optim::{DeviceAdamConfig, DeviceAdamWConfig, DeviceSgdConfig};
 pub use dynamic::DynamicLossScale;
 pub use invalid::LossScaleError;

@@ -4,8 +4,8 @@
 use burn::module::AutodiffModule;
 use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Bool, DType, FloatDType, Tensor, Transaction};
-use burn_mpric_core::scale::{DeviceStepRead, StepOutcome};
+use burn::tensor::{Bool, DType, FloatDType, Tensor, TensorData, Transaction};
+use burn_mpric_core::scale::{DeviceStepRead, MAX_PENDING_STEPS, StepOutcome};
 
 use super::optim::DeviceOptimizer;
 use super::rules::DeviceRule;
@@ -111,7 +111,8 @@ impl<B: Backend> DeviceLossScaler<B> {
 
     /// Reads the pending steps every `n` steps, one step behind: after the `n + 1`-th
     /// pending step is queued, the `n` before it are read, and the newest one stays on the
-    /// device. `0` (the default) reads only at [`sync`](Self::sync).
+    /// device. `0` (the default) reads at [`sync`](Self::sync), and once
+    /// [`MAX_PENDING_STEPS`] steps are pending.
     ///
     /// # Example
     ///
@@ -130,7 +131,8 @@ impl<B: Backend> DeviceLossScaler<B> {
         }
     }
 
-    /// How often pending steps are read (0: only at [`sync`](Self::sync)).
+    /// How often pending steps are read (0: at [`sync`](Self::sync), and once
+    /// [`MAX_PENDING_STEPS`] are pending).
     ///
     /// # Example
     ///
@@ -280,13 +282,21 @@ impl<B: Backend> DeviceLossScaler<B> {
             Some(flag) => optim.step::<AB, M>(lr, module, grads, flag.clone()),
             None => module,
         };
-        if let Some(flag) = &finite {
-            let flag = flag.clone().to_device(&self.device.scale().device());
-            self.device = self.device.clone().adjust(flag);
-        }
+        // A step without gradients counts as finite (as on the host), and the scale moves
+        // on with it.
+        let scale_device = self.device.scale().device();
+        let flag = match &finite {
+            Some(flag) => flag.clone().to_device(&scale_device),
+            None => Tensor::<B, 1, Bool>::from_bool(TensorData::from([true]), &scale_device),
+        };
+        self.device = self.device.clone().adjust(flag);
         let loss = scaled_loss.map(|loss| loss.inner().cast(FloatDType::F32).mean());
         self.pending.push(Pending { finite, loss });
-        let learned = if self.sync_every > 0 && self.pending.len() > self.sync_every {
+        let every = match self.sync_every {
+            0 => MAX_PENDING_STEPS,
+            n => n.min(MAX_PENDING_STEPS),
+        };
+        let learned = if self.pending.len() > every {
             let newest = self.pending.len() - 1;
             self.read(newest)
         } else {
