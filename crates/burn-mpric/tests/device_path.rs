@@ -610,3 +610,54 @@ fn a_loop_that_never_syncs_keeps_a_bounded_number_of_steps_pending() {
     assert!(learned[..MAX_PENDING_STEPS].iter().all(|n| *n == 0));
     assert_eq!(scaler.pending(), 1);
 }
+
+#[test]
+fn half_parameters_keep_their_dtype_and_train_on_the_device_path() {
+    type B = Autodiff<MpFlex>;
+    let device = MpFlex::device(Default::default(), "pure_f16".parse::<Policy>().unwrap()).unwrap();
+    let mut model = Net::<B>::new(&device);
+    // The dtypes the parameters are stored at (what the host reads is the output dtype).
+    let dtypes = |model: &Net<B>| {
+        struct Dtypes(Vec<burn::tensor::DType>);
+        impl ModuleVisitor<B> for Dtypes {
+            fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+                self.0.push(param.val().dtype());
+            }
+        }
+        let mut seen = Dtypes(Vec::new());
+        model.visit(&mut seen);
+        seen.0
+    };
+    assert!(
+        dtypes(&model)
+            .iter()
+            .all(|d| *d == burn::tensor::DType::F16)
+    );
+    let before = params(&model);
+    let mut optim = DeviceOptimizer::new(DeviceAdamConfig::new());
+    let mut scaler = DeviceLossScaler::new(LossScaler::default(), &device).unwrap();
+    for step in 0..3 {
+        let scaled = scaler.scale_loss(model.loss(step, false));
+        // The scaled loss is f32 whatever the parameters' dtype: 2^15 times a loss overflows f16.
+        assert_eq!(scaled.dtype(), burn::tensor::DType::F32);
+        let grads = GradientsParams::from_grads(scaled.backward(), &model);
+        let (next, learned) = scaler.step(&mut optim, 1e-2, model, grads, Some(scaled));
+        model = next;
+        learned.unwrap();
+    }
+    let outcomes = scaler.sync().unwrap();
+    assert!(outcomes.iter().all(StepOutcome::is_applied), "{outcomes:?}");
+    assert!(
+        dtypes(&model)
+            .iter()
+            .all(|d| *d == burn::tensor::DType::F16)
+    );
+    assert_ne!(params(&model), before);
+    // The moments are kept at f32.
+    let state = optimizer_state(optim.to_record());
+    assert!(
+        state
+            .iter()
+            .all(|(_, tensors)| tensors.iter().all(|t| t.dtype == burn::tensor::DType::F32))
+    );
+}
