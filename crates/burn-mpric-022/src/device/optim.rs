@@ -50,6 +50,16 @@ pub struct DeviceOptimizer<R: DeviceRule> {
 }
 
 /// A [`DeviceOptimizer`]'s state: each parameter's state tensors, flat, by parameter id.
+///
+/// # Example
+///
+/// ```
+/// use burn_mpric_022::{DeviceOptimizer, DeviceOptimizerRecord};
+/// use burn_mpric_core::scale::DeviceSgdConfig;
+///
+/// let record: DeviceOptimizerRecord = DeviceOptimizer::new(DeviceSgdConfig::new()).to_record();
+/// assert!(record.is_empty());
+/// ```
 pub type DeviceOptimizerRecord = HashMap<ParamId, Vec<Tensor<1>>>;
 
 impl<R: DeviceRule> DeviceOptimizer<R> {

@@ -162,6 +162,16 @@ pub const MAX_PENDING_STEPS: usize = 1024;
 
 /// What the host read of one step the device decided: whether its gradients were finite, and
 /// the mean of its scaled loss when it was kept.
+///
+/// # Example
+///
+/// ```
+/// use burn_mpric_core::scale::{DeviceStepRead, ScalerState};
+///
+/// let skipped: DeviceStepRead = (false, None);
+/// let (outcomes, _) = ScalerState::default().replay(&[skipped], 0);
+/// assert!(outcomes[0].is_skipped());
+/// ```
 pub type DeviceStepRead = (bool, Option<f32>);
 
 impl ScalerState {

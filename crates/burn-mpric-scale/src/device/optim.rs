@@ -50,6 +50,20 @@ pub struct DeviceOptimizer<R: DeviceRule, B: Backend> {
 
 /// A [`DeviceOptimizer`]'s state, a Burn record: each parameter's state tensors, flat, by
 /// parameter id (saved and loaded by any Burn recorder).
+///
+/// # Example
+///
+/// ```
+/// use burn::backend::Flex;
+/// use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
+/// use burn_mpric_scale::{DeviceAdamConfig, DeviceOptimizer, DeviceOptimizerRecord};
+///
+/// let optim = DeviceOptimizer::<_, Flex>::new(DeviceAdamConfig::new());
+/// let recorder = BinBytesRecorder::<FullPrecisionSettings>::new();
+/// let bytes = recorder.record(optim.to_record(), ()).unwrap();
+/// let back: DeviceOptimizerRecord<Flex> = recorder.load(bytes, &Default::default()).unwrap();
+/// assert!(back.is_empty());
+/// ```
 pub type DeviceOptimizerRecord<B> = HashMap<ParamId, Vec<Tensor<B, 1>>>;
 
 impl<R: DeviceRule, B: Backend> DeviceOptimizer<R, B> {
