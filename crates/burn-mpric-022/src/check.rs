@@ -70,14 +70,7 @@ pub(crate) struct GradCheck<'a> {
 
 impl<'a> GradCheck<'a> {
     pub(crate) fn new(grads: &'a mut GradientsParams, scale: f32, kind: CheckKind) -> Self {
-        Self {
-            grads,
-            inverse: inverse_of(scale).map(Inverse::Host),
-            kind,
-            seen: HashSet::new(),
-            checks: Vec::new(),
-            error: None,
-        }
+        Self::with_inverse(grads, inverse_of(scale).map(Inverse::Host), kind)
     }
 
     /// The device path's pass: gradients unscaled by `inverse`, the device's `1/S` (a
@@ -87,9 +80,17 @@ impl<'a> GradCheck<'a> {
         inverse: Tensor<1>,
         kind: CheckKind,
     ) -> Self {
+        Self::with_inverse(grads, Some(Inverse::Device(Box::new(inverse))), kind)
+    }
+
+    fn with_inverse(
+        grads: &'a mut GradientsParams,
+        inverse: Option<Inverse>,
+        kind: CheckKind,
+    ) -> Self {
         Self {
             grads,
-            inverse: Some(Inverse::Device(Box::new(inverse))),
+            inverse,
             kind,
             seen: HashSet::new(),
             checks: Vec::new(),

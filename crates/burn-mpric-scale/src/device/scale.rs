@@ -39,6 +39,8 @@ pub struct DeviceScale<B: Backend> {
     hysteresis_left: Tensor<B, 1, Int>,
     /// `None` for static and no-op scales, which never move.
     rule: Option<DeviceScaleRule>,
+    /// The tracker's value after a growth, made once rather than uploaded at every step.
+    full_hysteresis: Tensor<B, 1, Int>,
 }
 
 impl<B: Backend> DeviceScale<B> {
@@ -65,6 +67,7 @@ impl<B: Backend> DeviceScale<B> {
             scale: f32_value(state.scale, device),
             counter: int_value(state.counter, device),
             hysteresis_left: int_value(state.hysteresis_left, device),
+            full_hysteresis: int_value(state.rule.map_or(0, |rule| rule.hysteresis), device),
             rule: state.rule,
         })
     }
@@ -132,8 +135,8 @@ impl<B: Backend> DeviceScale<B> {
             counter,
             hysteresis_left: left,
             rule: _,
+            full_hysteresis: full,
         } = self;
-        let full = int_value(rule.hysteresis, &scale.device());
 
         // A finite step: grow at the rule's count, else count it.
         let grow = counter.clone().greater_equal_elem(i64::from(rule.grow_at));
@@ -148,7 +151,7 @@ impl<B: Backend> DeviceScale<B> {
         let finite_left = if rule.consecutive_hysteresis {
             full.clone()
         } else {
-            left.clone().mask_where(grow, full)
+            left.clone().mask_where(grow, full.clone())
         };
 
         // A non-finite step: back off once the hysteresis is used up.
@@ -175,6 +178,7 @@ impl<B: Backend> DeviceScale<B> {
             counter: overflow_counter.mask_where(finite.clone(), finite_counter),
             hysteresis_left: overflow_left.mask_where(finite, finite_left),
             rule: Some(rule),
+            full_hysteresis: full,
         }
     }
 }
