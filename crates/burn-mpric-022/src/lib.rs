@@ -56,6 +56,7 @@ pub mod audit;
 pub mod autocast;
 mod cast;
 mod check;
+mod data_parallel;
 mod device;
 mod dtype;
 mod error;
@@ -63,7 +64,6 @@ pub mod export;
 mod grad_paths;
 mod observe;
 mod overflow;
-mod processes;
 mod scaler;
 mod train;
 
@@ -71,13 +71,13 @@ pub use autocast::{
     Autocast, AutocastError, ComputeCast, FullPrecision, KeptBecause, ParamPlan, autocast,
 };
 pub use cast::{CastFloat, cast_for_compute, cast_for_output};
+pub use data_parallel::DataParallel;
 pub use device::{
     DeviceLossScaler, DeviceOptimizer, DeviceOptimizerRecord, DeviceRule, DeviceScale,
 };
 pub use dtype::{from_burn_dtype, resolve_policy, supported_float_dtypes, to_burn_dtype};
 pub use error::StepError;
 pub use overflow::find_overflow;
-pub use processes::DataParallel;
 pub use scaler::{CheckedGrads, LossScaler};
 pub use train::{
     LossScaleMetric, LossStep, ScaleRecord, Scaled, ScaledOutput, ScalerHandle, SkipCauseMetric,

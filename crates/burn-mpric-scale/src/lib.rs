@@ -84,6 +84,7 @@
 mod clip;
 #[cfg(feature = "collective")]
 mod collective;
+mod data_parallel;
 mod device;
 mod dtype;
 mod error;
@@ -92,7 +93,6 @@ mod keep_dtype;
 mod overflow;
 mod pack;
 mod probe;
-mod processes;
 mod read;
 mod record;
 mod replicas;
@@ -103,6 +103,7 @@ mod unscale;
 pub use clip::{GlobalNormClip, global_grad_norm};
 #[cfg(feature = "collective")]
 pub use collective::{all_peers_finite, sum_over_peers};
+pub use data_parallel::DataParallel;
 pub use device::{
     DeviceLossScaler, DeviceOptimizer, DeviceOptimizerRecord, DeviceRule, DeviceScale,
 };
@@ -111,7 +112,6 @@ pub use error::StepError;
 pub use flat::FlatGrads;
 pub use keep_dtype::apply_gradients;
 pub use overflow::{find_overflow, named_grads};
-pub use processes::DataParallel;
 pub use record::LossScalerRecord;
 pub use replicas::{all_replicas_finite, combine_finite_flags};
 pub use scaler::{CheckedGrads, LossScaler};
