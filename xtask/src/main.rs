@@ -1,6 +1,6 @@
 //! Developer tasks, run as `cargo xtask <command>`.
 //!
-//! - `check`: the Vulkan and MPI preflights (`vulkan.rs`, `mpi.rs`), the layout
+//! - `check`: the Vulkan and MPI preflights (burn-mpric-preflight, `mpi.rs`), the layout
 //!   rules (no import circles, a Burn-independent core; see `layout.rs`), the documentation
 //!   rules (no path outside the repository, relative links that resolve, the op table's
 //!   document; see `docs.rs`), formatting, lints and the whole test suite with the MPI
@@ -22,7 +22,7 @@ mod python;
 use std::path::Path;
 use std::process::{Command, ExitCode};
 
-use xtask::vulkan::Vulkan;
+use burn_mpric_preflight::Vulkan;
 
 fn cargo(args: &[&str]) -> Result<(), String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());

@@ -1,8 +1,9 @@
 //! Whether wgpu has an adapter on this machine, asked before a wgpu device is started: without
 //! one, cubecl panics in a worker thread and the probe saw only a closed channel. The reason
-//! and the fix are the Vulkan preflight's, which `cargo xtask check` gives too.
+//! and the fix are the Vulkan preflight's (burn-mpric-preflight), which `cargo xtask check`
+//! gives too.
 
-use xtask::vulkan::Vulkan;
+use burn_mpric_preflight::Vulkan;
 
 /// What needs an adapter, as the preflight's message names it.
 pub const WGPU_ROWS: &str = "the wgpu rows";

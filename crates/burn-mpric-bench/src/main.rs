@@ -485,7 +485,7 @@ fn machine(load_at_start: String) -> Machine {
         .map(|kib| report::bytes(kib * 1024))
         .unwrap_or_else(|| "unknown".into());
     // The driver manifests the Vulkan loader would read (the preflight's search).
-    let vulkan_icds = xtask::vulkan::Vulkan::probe().driver_names();
+    let vulkan_icds = burn_mpric_preflight::Vulkan::probe().driver_names();
     Machine {
         cpu: first_line_of("/proc/cpuinfo", "model name").unwrap_or_else(|| "unknown".into()),
         cores: cores(),

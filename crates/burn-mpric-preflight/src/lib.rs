@@ -1,6 +1,7 @@
 //! Whether this machine can give wgpu a Vulkan adapter, and what to do when it cannot, in one
 //! line: the reason and the fix. `cargo xtask check` asks before the wgpu tests, and the
-//! benchmark suite (`mpric-bench`) before its wgpu rows, so both say the same thing.
+//! benchmark suite (`mpric-bench`) before its wgpu rows, so both say the same thing; a crate
+//! of its own (the standard library only) so that neither depends on the other.
 //!
 //! [`Vulkan::probe`] looks where the Vulkan loader looks (Linux only; elsewhere nothing is
 //! searched and nothing is reported missing): the loader library, then the driver manifests
