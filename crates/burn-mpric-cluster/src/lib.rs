@@ -29,8 +29,9 @@ mod coordinator;
 mod error;
 mod exchange;
 mod frame;
+mod launcher;
 #[cfg(feature = "mpi")]
-mod mpi_transport;
+mod mpi;
 #[cfg(feature = "mpi")]
 mod mpirun;
 mod spec;
@@ -38,14 +39,15 @@ mod tcp;
 mod transport;
 mod worker;
 
+#[cfg(feature = "mpi")]
+pub use self::mpi::{Mpi, MpiWorld, end_mpi};
 pub use coordinator::Coordinator;
 pub use error::ClusterError;
 pub use exchange::Exchange;
-#[cfg(feature = "mpi")]
-pub use mpi_transport::{Mpi, MpiWorld, end_mpi};
+pub use launcher::{BadVariable, launched_by_mpi, local_place, srun_task};
 #[cfg(feature = "mpi")]
 pub use mpirun::{MPIRUN_ENV, mpirun, mpirun_test};
 pub use spec::{RunSpec, Timeouts};
 pub use tcp::Tcp;
-pub use transport::{Reduction, Transport, launched_by_mpi, sum_in_rank_order};
+pub use transport::{Reduction, Transport, sum_in_rank_order};
 pub use worker::Worker;

@@ -126,23 +126,3 @@ pub fn sum_in_rank_order(buffers: &[f32], len: usize) -> Vec<f32> {
     total.truncate(len);
     total
 }
-
-/// Whether this process was started by an MPI launcher (`mpirun`/`mpiexec` of OpenMPI or
-/// MPICH, or `srun` with PMI/PMIx): the environment variables they set for each process.
-///
-/// ```
-/// use burn_mpric_cluster::launched_by_mpi;
-///
-/// let env = |key: &str| (key == "OMPI_COMM_WORLD_SIZE").then(|| "2".to_string());
-/// assert!(launched_by_mpi(env));
-/// assert!(!launched_by_mpi(|_| None));
-/// ```
-pub fn launched_by_mpi(env: impl Fn(&str) -> Option<String>) -> bool {
-    [
-        "OMPI_COMM_WORLD_SIZE", // OpenMPI's mpirun
-        "PMI_SIZE",             // MPICH's hydra, srun --mpi=pmi2
-        "PMIX_RANK",            // srun --mpi=pmix, OpenMPI over PMIx
-    ]
-    .iter()
-    .any(|key| env(key).is_some())
-}
