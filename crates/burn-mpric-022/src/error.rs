@@ -42,7 +42,7 @@ pub enum StepError {
     /// train ([`LossScaler::with_max_consecutive_skips`](crate::LossScaler::with_max_consecutive_skips)).
     /// Unlike the other errors, this step was recorded: the scaler moved on as for any skipped
     /// step, and `outcome` is what it reported.
-    #[error("{} steps in a row were skipped for non-finite gradients (max_consecutive_skips = {max}; loss scale now {:e}){}", outcome.stats.consecutive_skipped, outcome.next_scale, stalled_detail(outcome))]
+    #[error("{}", outcome.stalled_message(*max))]
     Stalled {
         /// The limit that was reached.
         max: u64,
@@ -58,13 +58,4 @@ pub enum StepError {
     /// lost or refused, named in the message.
     #[error("the sum across processes failed: {0}")]
     Transport(#[from] burn_mpric_cluster::ClusterError),
-}
-
-/// What a stalled run's last step found: its cause, else the parameters that overflowed.
-fn stalled_detail(outcome: &burn_mpric_core::scale::StepOutcome) -> String {
-    match (&outcome.cause, &outcome.overflow) {
-        (Some(cause), _) => format!(": {cause}"),
-        (None, Some(overflow)) => format!(": {overflow}"),
-        (None, None) => String::new(),
-    }
 }

@@ -10,8 +10,8 @@ use burn::tensor::{FloatDType, Tensor};
 use burn_mpric_core::ResolvedPolicy;
 use burn_mpric_core::scale::{
     ClipNorm, DEFAULT_MAX_CONSECUTIVE_SKIPS, LossScale, LossScaleConfig, LossScaleError,
-    LossScalePreset, ProbeRead, ScalerRecord, ScalerState, ScalerStats, SkipCause, StateError,
-    StepOutcome,
+    LossScalePreset, Probe, ProbeRead, ScalerRecord, ScalerState, ScalerStats, SkipCause,
+    StateError, StepOutcome,
 };
 
 use crate::check::{CheckKind, Checked, GradCheck, read_checks};
@@ -639,22 +639,10 @@ impl LossScaler {
         outcome: &StepOutcome,
         loss: impl FnOnce(&M) -> Tensor<1>,
     ) -> Result<Option<SkipCause>, StepError> {
-        if !outcome.is_skipped() {
-            return Ok(None);
+        match Probe::of_skipped(outcome) {
+            Some(probe) => self_probe(module, probe, loss).map(Some),
+            None => Ok(None),
         }
-        let read = ProbeRead::of(outcome.loss, false, false);
-        let params = outcome
-            .overflow
-            .as_ref()
-            .map(|o| o.params.clone())
-            .unwrap_or_default();
-        let probe = Probe {
-            read,
-            loss_read: outcome.loss.is_some(),
-            scale: outcome.scale_used,
-            params,
-        };
-        self_probe(module, probe, loss).map(Some)
     }
 
     fn step_inner<M: Module, const D: usize>(
@@ -694,7 +682,7 @@ impl LossScaler {
             return (optim.step(lr, module, checked.grads), Ok(outcome));
         }
         let max = self.max_consecutive_skips;
-        if max > 0 && outcome.stats.consecutive_skipped >= max {
+        if outcome.stalls(max) {
             return (
                 module,
                 Err(StepError::Stalled {
@@ -885,17 +873,6 @@ fn sum_shards<M: Module>(module: &M, grads: MultiGradientsParams) -> GradientsPa
 type ProbeStep<'a, M> =
     dyn FnMut(&M, ProbeRead, f32, Vec<String>) -> Result<SkipCause, StepError> + 'a;
 
-/// What a probe starts from: the step's read, made at `scale`, and the parameters it found
-/// not finite.
-struct Probe {
-    read: ProbeRead,
-    /// Whether the step read its loss; when not, the probe's read of the same forward pass
-    /// stands for it.
-    loss_read: bool,
-    scale: f32,
-    params: Vec<String>,
-}
-
 /// Runs `loss` once more at the probe scale, unscales and checks its gradients without
 /// clipping, and judges the cause.
 fn self_probe<M: Module>(
@@ -903,13 +880,7 @@ fn self_probe<M: Module>(
     probe: Probe,
     loss: impl FnOnce(&M) -> Tensor<1>,
 ) -> Result<SkipCause, StepError> {
-    let Probe {
-        mut read,
-        loss_read,
-        scale,
-        params,
-    } = probe;
-    let probe_scale = read.probe_scale(scale);
+    let probe_scale = probe.probe_scale();
     let value = loss(module);
     let value = match crate::dtype::plain_float(value.dtype()) {
         Some(FloatDType::F16 | FloatDType::BF16) => value.cast(FloatDType::F32),
@@ -920,22 +891,11 @@ fn self_probe<M: Module>(
     let mean = scaled.without_autodiff().cast(FloatDType::F32).mean();
     let checked = check_grads(module, grads, probe_scale, None, Some(mean), true)?;
     let probed = ProbeRead::of(checked.loss, checked.finite, checked.zero);
-    if !loss_read {
-        // The loss scale does not touch the forward pass: the loss is what the step's was.
-        read.loss_finite = probed.loss_finite;
-    }
     // The parameters still non-finite at the probe's scale (one more read, here only).
     let still = if checked.finite {
         Vec::new()
     } else {
         crate::overflow::find_overflow(module, &checked.grads)?.params
     };
-    Ok(SkipCause::judge(
-        read,
-        probed,
-        scale,
-        probe_scale,
-        params,
-        &still,
-    ))
+    Ok(probe.judge(probed, &still))
 }

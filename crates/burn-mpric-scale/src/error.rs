@@ -54,7 +54,7 @@ pub enum StepError {
     /// train ([`LossScaler::with_max_consecutive_skips`](crate::LossScaler::with_max_consecutive_skips)).
     /// This step was recorded: the scaler moved on as for any skipped step, and `outcome` is
     /// what it reported.
-    #[error("{} steps in a row were skipped for non-finite gradients (max_consecutive_skips = {max}; loss scale now {:e}){}", outcome.stats.consecutive_skipped, outcome.next_scale, stalled_detail(outcome))]
+    #[error("{}", outcome.stalled_message(*max))]
     Stalled {
         /// The limit that was reached.
         max: u64,
@@ -75,13 +75,4 @@ pub enum StepError {
     #[cfg(feature = "collective")]
     #[error("the all-reduce through burn-collective failed: {0}")]
     Collective(String),
-}
-
-/// What a stalled run's last step found: its cause, else the parameters that overflowed.
-fn stalled_detail(outcome: &burn_mpric_core::scale::StepOutcome) -> String {
-    match (&outcome.cause, &outcome.overflow) {
-        (Some(cause), _) => format!(": {cause}"),
-        (None, Some(overflow)) => format!(": {overflow}"),
-        (None, None) => String::new(),
-    }
 }

@@ -6,7 +6,7 @@ use burn::module::AutodiffModule;
 use burn::optim::{GradientsParams, LearningRate, Optimizer};
 use burn::tensor::Tensor;
 use burn::tensor::backend::AutodiffBackend;
-use burn_mpric_core::scale::{ProbeRead, SkipCause, StepOutcome};
+use burn_mpric_core::scale::{Probe, ProbeRead, SkipCause, StepOutcome};
 
 use crate::error::StepError;
 use crate::keep_dtype::apply_gradients;
@@ -55,20 +55,10 @@ impl LossScaler {
         B: AutodiffBackend,
         M: AutodiffModule<B>,
     {
-        if !outcome.is_skipped() {
-            return Ok(None);
+        match Probe::of_skipped(outcome) {
+            Some(start) => probe::<B, M>(module, start, loss).map(Some),
+            None => Ok(None),
         }
-        let start = Probe {
-            read: ProbeRead::of(outcome.loss, false, false),
-            loss_read: outcome.loss.is_some(),
-            scale: outcome.scale_used,
-            params: outcome
-                .overflow
-                .as_ref()
-                .map(|o| o.params.clone())
-                .unwrap_or_default(),
-        };
-        probe::<B, M>(module, start, loss).map(Some)
     }
 
     /// One step that runs `loss` itself (the forward pass and the loss of one batch, the same
@@ -170,17 +160,6 @@ impl LossScaler {
     }
 }
 
-/// What a probe starts from: the step's read, made at `scale`, and the parameters it found
-/// not finite.
-struct Probe {
-    read: ProbeRead,
-    /// Whether the step read its loss; when not, the probe's read of the same forward pass
-    /// stands for it.
-    loss_read: bool,
-    scale: f32,
-    params: Vec<String>,
-}
-
 /// Runs `loss` once more at the probe scale, checks its gradients without clipping, and
 /// judges the cause.
 fn probe<B, M>(
@@ -192,23 +171,13 @@ where
     B: AutodiffBackend,
     M: AutodiffModule<B>,
 {
-    let Probe {
-        mut read,
-        loss_read,
-        scale,
-        params,
-    } = start;
-    let probe_scale = read.probe_scale(scale);
+    let probe_scale = start.probe_scale();
     let prober = LossScaler::fixed(probe_scale).unwrap_or_else(|_| LossScaler::noop());
     let scaled = prober.scale_loss(loss(module));
     let grads = GradientsParams::from_grads(scaled.backward(), module);
     let checked =
         prober.check_shards::<B, M>(module, vec![grads], Some(mean_at_f32(scaled)), Zeros::Tell)?;
     let probed = ProbeRead::of(checked.loss, checked.finite, checked.zero);
-    if !loss_read {
-        // The loss scale does not touch the forward pass: the loss is what the step's was.
-        read.loss_finite = probed.loss_finite;
-    }
     // The parameters still non-finite at the probe's scale (one more read, here only).
     let still = match (checked.finite, checked.grads.first()) {
         (false, Some(grads)) => find_overflow::<B, M>(module, std::slice::from_ref(grads))
@@ -216,12 +185,5 @@ where
             .unwrap_or_default(),
         _ => Vec::new(),
     };
-    Ok(SkipCause::judge(
-        read,
-        probed,
-        scale,
-        probe_scale,
-        params,
-        &still,
-    ))
+    Ok(start.judge(probed, &still))
 }

@@ -756,7 +756,7 @@ impl LossScaler {
     /// `Err(StepError::Stalled)` when a skipped `outcome` reaches the limit of skips in a row.
     fn stalled(&self, outcome: StepOutcome) -> Result<StepOutcome, StepError> {
         let max = self.max_consecutive_skips;
-        if outcome.is_skipped() && max > 0 && outcome.stats.consecutive_skipped >= max {
+        if outcome.stalls(max) {
             Err(StepError::Stalled {
                 max,
                 outcome: Box::new(outcome),

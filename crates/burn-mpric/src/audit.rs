@@ -2,8 +2,9 @@
 //! running the model at f16 or bf16 ([`audit`], and [`Audit`] for a loop of your own).
 //!
 //! The steps run on `Autodiff<MixedPrecision<Instrumented<B>>>` at [`measurement_settings`]:
-//! the audited settings with f16 replaced by bf16, whose range is f32's, so that values an
-//! f16 run would lose (overflow to inf, flush to zero) are seen as they are. Every float
+//! the audited settings with f16 replaced by bf16 (f32 on a device without bf16), whose range
+//! is f32's, so that values an f16 run would lose (overflow to inf, flush to zero) are seen as
+//! they are. Every float
 //! output of every op is read to the host: an audit costs far more than a training step.
 
 use std::cell::RefCell;
@@ -14,12 +15,12 @@ use burn::optim::{GradientsParams, Optimizer};
 use burn::tensor::Tensor;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn_backend::DType;
-use burn_mpric_core::{FloatDType, OpCategory, PolicyDType};
+use burn_mpric_core::OpCategory;
 
 pub use burn_mpric_core::audit::{
     AuditReport, BF16_MAX, BF16_MIN_NORMAL_EXP, F16_MAX, F16_MIN_NORMAL_EXP, F16_MIN_SUBNORMAL_EXP,
     FLUSH_LIMIT, GRACE_STEPS, HotSpot, Magnitudes, OpStats, ParamStats, Phase, Remedy, Trial,
-    Verdict,
+    Verdict, measured_policy, remedy_summary,
 };
 
 use crate::MpSettings;
@@ -44,11 +45,11 @@ pub enum AuditError {
     NothingObserved,
 }
 
-/// The settings an audit of `audited` measures at: every f16 slot of its policy becomes
-/// bf16, and so does an f32 (or wider) compute dtype, so that the ops it would run at a half
-/// dtype show; op overrides and modes are kept. With `bf16 = false` (a device without bf16),
-/// the compute dtype becomes the param dtype instead, and which ops run low is then read
-/// from the op table.
+/// The settings an audit of `audited` measures at, on a device that runs bf16 or not
+/// (`bf16`): burn-mpric-core's [`measured_policy`] (every f16 slot at bf16, or at f32 without
+/// bf16; the compute dtype at bf16, or at the measured param dtype without it, and which ops
+/// run low is then read from the op table), with op overrides and modes kept. The Burn 0.22
+/// edition measures at the same policy.
 ///
 /// ```
 /// use burn_mpric::{MpSettings, Op, OpCategory, Policy};
@@ -61,26 +62,12 @@ pub enum AuditError {
 /// assert_eq!(measured.category(Op::Linear), OpCategory::FullPrecision);
 /// assert_eq!(measurement_settings(&MpSettings::new(Policy::F32), true).policy().to_string(), "p=f32,c=bf16,o=f32");
 /// assert_eq!(measurement_settings(&audited, false).policy().to_string(), "p=f32,c=f32,o=f32");
+/// let pure_f16 = MpSettings::new("p=f16,c=f16,o=f16".parse::<Policy>().unwrap());
+/// assert_eq!(measurement_settings(&pure_f16, false).policy().to_string(), "p=f32,c=f32,o=f32");
 /// ```
 pub fn measurement_settings(audited: &MpSettings, bf16: bool) -> MpSettings {
-    let policy = audited.policy();
-    let f16_to_bf16 = |d: PolicyDType| match d {
-        PolicyDType::Float(FloatDType::F16) | PolicyDType::Half => {
-            PolicyDType::Float(FloatDType::BF16)
-        }
-        other => other,
-    };
-    let param = f16_to_bf16(policy.param());
-    let compute = if bf16 {
-        PolicyDType::Float(FloatDType::BF16)
-    } else {
-        param
-    };
-    let measured = policy
-        .with_param(param)
-        .with_compute(compute)
-        .with_output(f16_to_bf16(policy.output()));
-    audited.clone().with_policy(measured)
+    let measured = measured_policy(&audited.policy(), bf16);
+    audited.clone().with_policy(measured.into())
 }
 
 /// How an [`audit`] runs.

@@ -1,7 +1,8 @@
 //! The precision audit for Burn 0.22 models: where f16 breaks, and a remedy that was tried.
 //!
 //! [`audit`] runs a few training steps of your model, optimizer and loss at bf16 (f32's range,
-//! so values an f16 run would lose are seen as they are) and measures:
+//! so values an f16 run would lose are seen as they are; at f32 on a device without bf16, see
+//! [`measured_policy`]) and measures:
 //!
 //! - every parameter's gradient, by module path: magnitudes, headroom to f16 and bf16, the
 //!   share that would flush to zero at f16 at a candidate scale;
@@ -61,7 +62,9 @@ use burn::module::Module;
 use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::tensor::Tensor;
 use burn_mpric_core::audit::{AuditReport, OpStats, ParamStats, Phase, Verdict};
-pub use burn_mpric_core::audit::{GRACE_STEPS, HotSpot, Magnitudes, Remedy, Trial, param_verdicts};
+pub use burn_mpric_core::audit::{
+    GRACE_STEPS, HotSpot, Magnitudes, Remedy, Trial, param_verdicts, remedy_summary,
+};
 use burn_mpric_core::scale::{LossScaleConfig, SkipCause};
 use burn_mpric_core::{FloatDType, ResolvedPolicy};
 
@@ -205,23 +208,18 @@ impl fmt::Display for ModelAudit {
             r.audited, r.measured_at, r.steps
         )?;
         for verdict in &r.verdicts {
-            writeln!(f, "- {verdict}")?;
+            // A verdict the trial below contradicts says so on its own line.
+            writeln!(f, "- {}", verdict.line_with(&self.trial))?;
         }
         writeln!(f, "trial: {}", self.trial)?;
         if let Some(spot) = &self.hot_spot {
             writeln!(f, "hot spot: {spot}")?;
         }
-        if self.remedies.is_empty() {
-            if self.trial.trains() {
-                writeln!(f, "no remedy needed")?;
-            }
-        } else {
-            if self.working_remedies().next().is_none() {
-                writeln!(f, "no remedy the audit could run trained without skips")?;
-            }
-            for remedy in &self.remedies {
-                writeln!(f, "remedy: {remedy}")?;
-            }
+        if let Some(summary) = remedy_summary(&self.trial, &self.remedies) {
+            writeln!(f, "{summary}")?;
+        }
+        for remedy in &self.remedies {
+            writeln!(f, "remedy: {remedy}")?;
         }
         Ok(())
     }
@@ -254,7 +252,7 @@ pub fn audit<M: Module>(
     }
     // The audited policy must run here (the same error a training run would meet).
     Autocast::new(policy).apply(model.clone())?;
-    let measured = measured_policy(policy, &model);
+    let measured = measured_policy(policy, &supported_float_dtypes(&first_device(&model)));
 
     let (forward, params) = measure(&model, &optimizer, measured, config, &mut loss)?;
     // Parameters the audited policy keeps at full precision (FullPrecision fields, ...) get
@@ -307,40 +305,20 @@ pub fn audit<M: Module>(
     let mut remedies = Vec::new();
     if let Some(spot) = &hot_spot {
         for (field, ty) in &spot.fields {
-            remedies.push(Remedy {
-                what: format!("keep the field `{field}` at full precision"),
-                lines: vec![
-                    format!("{field}: FullPrecision<{ty}>,  // in your model's struct"),
-                    format!("self.{field}.forward_with(x, |m, x| m.forward(x))  // in its forward"),
-                ],
-                tried: None,
-            });
+            remedies.push(Remedy::keep_field(field, ty));
         }
     }
     if policy.computes_in_f16() {
         let range = trial.cause.as_ref().is_none_or(SkipCause::is_range);
         if range && initial > 1.0 {
-            let lower = (initial / 2f32.powi(burn_mpric_core::scale::PROBE_SHIFT)).max(1.0);
+            let lower = Remedy::lower_scale(initial);
             let tried = try_policy(&model, &optimizer, policy, lower, config, &mut loss)?;
-            remedies.push(Remedy {
-                what: format!("start the loss scale at {lower}"),
-                lines: vec![format!(
-                    "LossScaler::dynamic(LossScaleConfig::new().with_initial_scale({lower:?}))?"
-                )],
-                tried: Some(tried),
-            });
+            remedies.push(Remedy::initial_scale(lower, tried));
         }
         let bf16 = ResolvedPolicy::new(policy.param(), FloatDType::BF16, policy.output());
         if supported_float_dtypes(&first_device(&model)).contains(&FloatDType::BF16) {
             let tried = try_policy(&model, &optimizer, bf16, 1.0, config, &mut loss)?;
-            remedies.push(Remedy {
-                what: "compute the model at bf16 (f32's range), without loss scaling".into(),
-                lines: vec![
-                    format!("let policy: ResolvedPolicy = \"{bf16}\".parse()?;"),
-                    "let scaler = LossScaler::noop();".into(),
-                ],
-                tried: Some(tried),
-            });
+            remedies.push(Remedy::compute_at_bf16(bf16, tried));
         }
     }
     Ok(ModelAudit {
@@ -351,30 +329,23 @@ pub fn audit<M: Module>(
     })
 }
 
-/// The policy the steps are measured at: f16 compute (and any other) becomes bf16 where the
-/// device runs it, else the param dtype.
-fn measured_policy<M: Module>(policy: ResolvedPolicy, model: &M) -> ResolvedPolicy {
-    let supported = supported_float_dtypes(&first_device(model));
-    let wide = |d: FloatDType| {
-        if d == FloatDType::F16 {
-            FloatDType::BF16
-        } else {
-            d
-        }
-    };
-    let bf16 = supported.contains(&FloatDType::BF16);
-    let param = if bf16 {
-        wide(policy.param())
-    } else {
-        policy.param()
-    };
-    let compute = if bf16 { FloatDType::BF16 } else { param };
-    let output = if bf16 {
-        wide(policy.output())
-    } else {
-        policy.output()
-    };
-    ResolvedPolicy::new(param, compute, output)
+/// The policy an audit of `policy` measures its steps at on a device that runs the float
+/// dtypes `supported`: burn-mpric-core's [`measured_policy`](burn_mpric_core::audit::measured_policy),
+/// the rule the Burn 0.21 edition's `measurement_settings` follows too (every f16 slot at
+/// bf16, or at f32 where the device has no bf16, so that values f16 would lose are seen).
+///
+/// # Example
+///
+/// ```
+/// use burn_mpric_core::FloatDType::{BF16, F16, F32};
+/// use burn_mpric_022::audit::measured_policy;
+///
+/// let pure_f16 = "p=f16,c=f16,o=f16".parse().unwrap();
+/// assert_eq!(measured_policy(pure_f16, &[F32, F16, BF16]).to_string(), "p=bf16,c=bf16,o=bf16");
+/// assert_eq!(measured_policy(pure_f16, &[F32, F16]).to_string(), "p=f32,c=f32,o=f32");
+/// ```
+pub fn measured_policy(policy: ResolvedPolicy, supported: &[FloatDType]) -> ResolvedPolicy {
+    burn_mpric_core::audit::measured_policy(&policy.into(), supported.contains(&FloatDType::BF16))
 }
 
 fn first_device<M: Module>(model: &M) -> burn::tensor::Device {
@@ -459,4 +430,56 @@ fn try_policy<M: Module>(
         trial.record(step, skipped, outcome.overflow.as_ref(), outcome.cause);
     }
     Ok(trial)
+}
+
+#[cfg(test)]
+mod tests {
+    use burn_mpric_core::scale::SkipCause;
+
+    use super::*;
+
+    /// An overflow inside a library module: the measured gradients fit f16 at 2^18, the trial
+    /// at f16 finds the loss itself not finite at every step.
+    #[test]
+    fn a_verdict_the_trial_contradicts_says_so_next_to_it() {
+        let mut report = AuditReport::new(
+            2,
+            "p=f32,c=f16,o=f32",
+            "p=f32,c=bf16,o=f32",
+            262144.0,
+            vec![],
+            vec![],
+        );
+        report.verdicts = vec![Verdict::F16Safe {
+            initial_scale: 262144.0,
+            largest_exp: -20,
+            flushed: 0.0,
+            keeping_full: vec![],
+        }];
+        let mut trial = Trial::new("p=f32,c=f16,o=f32", 262144.0, 8);
+        for step in 0..8 {
+            let cause = SkipCause::LossNotFinite {
+                scale: 262144.0,
+                probe_scale: 1.0 / 256.0,
+            };
+            trial.record(step, true, None, Some(cause));
+        }
+        let found = ModelAudit {
+            report,
+            trial,
+            hot_spot: None,
+            remedies: vec![],
+        };
+        let text = found.to_string();
+        let verdict = text.lines().nth(1).unwrap();
+        assert_eq!(
+            verdict,
+            "- f16 is safe with an initial scale of 2^18: the largest gradient then reaches 2^-2 (f16 ends at 2^15) and 0.00% of the gradient values flush to zero — but the trial below did not train: 6 of its 8 steps skipped after the first 2 (the loss itself was not finite)"
+        );
+        assert!(
+            text.lines()
+                .any(|l| l == "no remedy the audit could run trained without skips"),
+            "{text}"
+        );
+    }
 }

@@ -8,13 +8,15 @@
 //! they must stay below [`F16_MAX`] at the scale and above f16's smallest subnormal, 2⁻²⁴.
 
 mod magnitudes;
+mod measured;
 mod trial;
 mod verdict;
 
 pub use magnitudes::{
     BF16_MAX, BF16_MIN_NORMAL_EXP, F16_MAX, F16_MIN_NORMAL_EXP, F16_MIN_SUBNORMAL_EXP, Magnitudes,
 };
-pub use trial::{GRACE_STEPS, HotSpot, Remedy, Trial};
+pub use measured::measured_policy;
+pub use trial::{GRACE_STEPS, HotSpot, Remedy, Trial, remedy_summary};
 pub use verdict::{FLUSH_LIMIT, MAX_SCALE_EXP, MIN_SCALE_EXP, Verdict, param_verdicts, verdicts};
 
 use std::fmt;
@@ -130,8 +132,9 @@ pub struct AuditReport {
     pub steps: usize,
     /// The policy under audit.
     pub audited: String,
-    /// The policy the steps were measured at: the audited one with f16 replaced by bf16,
-    /// which has f32's range, so that values an f16 run would lose are seen.
+    /// The policy the steps were measured at ([`measured_policy`]): the audited one with f16
+    /// replaced by bf16 (f32 on a device without bf16), which has f32's range, so that values
+    /// an f16 run would lose are seen.
     pub measured_at: String,
     /// The loss scale the backward shares are given at (the run's first scale).
     pub loss_scale: f32,

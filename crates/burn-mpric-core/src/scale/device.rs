@@ -202,10 +202,7 @@ impl ScalerState {
             .enumerate()
             .map(|(index, &(finite, loss))| {
                 let outcome = self.finish(finite, loss, None);
-                let limit = max_consecutive_skips > 0
-                    && outcome.is_skipped()
-                    && outcome.stats.consecutive_skipped >= max_consecutive_skips;
-                if limit && stalled.is_none() {
+                if outcome.stalls(max_consecutive_skips) && stalled.is_none() {
                     stalled = Some(index);
                 }
                 outcome

@@ -39,7 +39,7 @@ mod static_scale;
 mod step_record;
 mod unscale;
 
-pub use cause::{PROBE_SHIFT, ProbeRead, SkipCause};
+pub use cause::{PROBE_SHIFT, Probe, ProbeRead, SkipCause};
 pub use clip::ClipNorm;
 pub use config::{LossScaleConfig, UpdateRule};
 pub use device::{DeviceScaleRule, DeviceScaleState, DeviceStepRead, MAX_PENDING_STEPS};

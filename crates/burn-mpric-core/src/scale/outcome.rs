@@ -179,4 +179,49 @@ impl StepOutcome {
     pub fn is_skipped(&self) -> bool {
         self.action == StepAction::Skipped
     }
+
+    /// Whether this step stops the run: it was skipped, and so were the steps before it, up
+    /// to `max` in a row (`max_consecutive_skips`; 0 never stops).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_core::scale::ScalerState;
+    ///
+    /// let mut state = ScalerState::default();
+    /// let first = state.finish(false, None, None);
+    /// assert!(!first.stalls(2) && first.stalls(1) && !first.stalls(0));
+    /// assert!(state.finish(false, None, None).stalls(2));
+    /// ```
+    pub fn stalls(&self, max: u64) -> bool {
+        max > 0 && self.is_skipped() && self.stats.consecutive_skipped >= max
+    }
+
+    /// The message of a run that stopped at this step after `max` skips in a row: how many,
+    /// the limit and the scale now, then what the step found (the probe's cause, else the
+    /// parameters that overflowed). Both editions' `StepError::Stalled` print it.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_core::scale::{LossScaleConfig, Overflow, ScalerState};
+    ///
+    /// let mut state = ScalerState::dynamic(LossScaleConfig::new().with_initial_scale(8.0)).unwrap();
+    /// let outcome = state.finish(false, None, None).with_overflow(Overflow::new(vec!["fc.weight".into()]));
+    /// assert_eq!(
+    ///     outcome.stalled_message(1),
+    ///     "1 steps in a row were skipped for non-finite gradients (max_consecutive_skips = 1; loss scale now 4e0): 1 parameter: fc.weight"
+    /// );
+    /// ```
+    pub fn stalled_message(&self, max: u64) -> String {
+        let found = match (&self.cause, &self.overflow) {
+            (Some(cause), _) => format!(": {cause}"),
+            (None, Some(overflow)) => format!(": {overflow}"),
+            (None, None) => String::new(),
+        };
+        format!(
+            "{} steps in a row were skipped for non-finite gradients (max_consecutive_skips = {max}; loss scale now {:e}){found}",
+            self.stats.consecutive_skipped, self.next_scale
+        )
+    }
 }
