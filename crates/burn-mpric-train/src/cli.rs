@@ -16,7 +16,7 @@ use crate::launch::{end_with_launcher, launch};
 use crate::plan::Plan;
 use crate::recipe::{BackendConfig, BackendName};
 use crate::run::{Engine, MIN_STEP_TIMEOUT, Processes, Summary, TrainOptions, train};
-use burn_mpric_cluster::{Reduction, launched_by_mpi};
+use burn_mpric_cluster::{Reduction, launched_by_mpi, local_place, srun_task};
 
 /// Train Burn models from recipe files, with mixed precision.
 #[derive(Debug, Parser)]
@@ -303,28 +303,19 @@ pub(crate) fn run(cli: Cli) -> Result<(), Error> {
 /// (read by clap) or, when neither gives the world size, from a task of an `srun` step
 /// (`SLURM_STEP_NUM_TASKS`, `SLURM_PROCID`; a batch script outside `srun` sets `SLURM_NTASKS`
 /// and `SLURM_PROCID` for its one process, which must stay a run of one); `None` for a run
-/// of one process. `mpi` initializes MPI and gives this process's (rank, world).
+/// of one process. `mpi` initializes MPI and gives this process's (rank, world). The
+/// launchers' variables are read by burn-mpric-cluster ([`launched_by_mpi`], [`srun_task`],
+/// [`local_place`]).
 fn processes(
     args: &TrainArgs,
     env: impl Fn(&str) -> Option<String>,
     mpi: impl FnOnce() -> Result<(usize, usize), Error>,
 ) -> Result<Option<Processes>, Error> {
-    let number = |key: &str| -> Result<Option<usize>, Error> {
-        match env(key) {
-            None => Ok(None),
-            Some(text) => text.trim().parse().map(Some).map_err(|_| {
-                Error::Usage(format!(
-                    "{key}={text}: expected a number of processes or a rank"
-                ))
-            }),
-        }
-    };
     let shortest = MIN_STEP_TIMEOUT.as_secs_f64();
     let timeout_ok =
         args.timeout.is_finite() && args.timeout >= shortest && args.timeout <= 86_400.0;
-    let under_srun = args.world.is_none()
-        && env("SLURM_STEP_NUM_TASKS").is_some()
-        && env("SLURM_PROCID").is_some();
+    let srun = srun_task(&env).filter(|_| args.world.is_none());
+    let under_srun = srun.is_some();
     let by_mpi = args.world.is_none() && launched_by_mpi(&env);
     let mut processes = if by_mpi && (cfg!(feature = "mpi") || !under_srun) {
         if !cfg!(feature = "mpi") {
@@ -346,26 +337,19 @@ fn processes(
         let mut processes = Processes::new(world, rank)?;
         processes.engine = Engine::Mpi(reduction);
         // The launcher's own count of this machine's processes, which split its devices.
-        let local = [
-            ("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
-            ("MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
-        ]
-        .into_iter()
-        .find_map(|(r, w)| Some((number(r).transpose()?, number(w).transpose()?)));
         if args.local_rank.is_none()
-            && let Some((Ok(local_rank), Ok(local_world))) = local
+            && let Some((local_rank, local_world)) = local_place(&env)
         {
             processes = processes.on_machine(local_rank, local_world)?;
         }
         processes
     } else {
-        let (world, rank) = if under_srun {
-            (
-                number("SLURM_STEP_NUM_TASKS")?,
-                args.rank.or(number("SLURM_PROCID")?),
-            )
-        } else {
-            (args.world, args.rank)
+        let (world, rank) = match srun {
+            Some(task) => {
+                let (world, rank) = task.map_err(|bad| Error::Usage(bad.to_string()))?;
+                (Some(world), args.rank.or(Some(rank)))
+            }
+            None => (args.world, args.rank),
         };
         let Some(world) = world else {
             return match rank {
