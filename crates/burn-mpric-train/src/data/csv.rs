@@ -14,71 +14,13 @@ pub const MAX_CLASSES: usize = 65_536;
 
 /// Parses `bytes`, the content of `path`, as `source` describes it.
 pub fn parse(path: &Path, bytes: &[u8], source: &CsvSource) -> Result<Table, RecipeError> {
-    let mut reader = csv::ReaderBuilder::new()
-        .has_headers(source.header)
-        .delimiter(source.delimiter)
-        .trim(csv::Trim::All)
-        .flexible(false)
-        .from_reader(bytes);
-    let lines = std::cell::RefCell::new(Lines::new(bytes));
-    let line_at = |position: &csv::Position| lines.borrow_mut().at(position);
-    let line_of = |err: &csv::Error| err.position().map(line_at);
+    let mut reader = CsvReader::new(bytes, source.header, source.delimiter);
+    let in_file = |message: String| file_error(path, message);
     let at = |line: Option<u64>, message: String| match line {
         Some(line) => file_error(path, format!("line {line}: {message}")),
         None => file_error(path, message),
     };
-    let describe = |err: csv::Error| -> RecipeError {
-        let line = line_of(&err);
-        let message = match err.kind() {
-            csv::ErrorKind::UnequalLengths {
-                expected_len, len, ..
-            } => format!(
-                "{len} fields where {} has {expected_len}",
-                if source.header {
-                    "the header"
-                } else {
-                    "the first row"
-                }
-            ),
-            csv::ErrorKind::Utf8 { .. } => "not valid UTF-8".to_string(),
-            csv::ErrorKind::Io(e) => format!("cannot read it: {e}"),
-            _ => err.to_string(),
-        };
-        at(line, message)
-    };
-
-    // Column names: the header, or positions from 1.
-    let header = if source.header {
-        Some(header_names(path, &mut reader)?)
-    } else {
-        None
-    };
-    let mut records = reader.records();
-    let mut first = None;
-    let names: Vec<String> = if let Some(header) = header {
-        header
-    } else {
-        match records.next() {
-            Some(row) => {
-                let row = row.map_err(describe)?;
-                let names = (1..=row.len()).map(|i| i.to_string()).collect();
-                first = Some(row);
-                names
-            }
-            None => return Err(file_error(path, "has no rows")),
-        }
-    };
-    if let Some(dup) = names
-        .iter()
-        .enumerate()
-        .find(|(i, n)| names[..*i].contains(n))
-        .map(|(_, n)| n)
-    {
-        return Err(at(
-            Some(1),
-            format!("column `{dup}` appears twice in the header"),
-        ));
-    }
+    let names = reader.names().map_err(in_file)?;
     let list = |names: &[String]| {
         let shown: Vec<String> = names.iter().take(20).map(|n| format!("`{n}`")).collect();
         let more = names.len().saturating_sub(20);
@@ -129,9 +71,8 @@ pub fn parse(path: &Path, bytes: &[u8], source: &CsvSource) -> Result<Table, Rec
     let mut labels: Vec<String> = Vec::new();
     let mut lines: Vec<Option<u64>> = Vec::new();
     let mut rows = 0usize;
-    for row in first.into_iter().map(Ok).chain(records) {
-        let row = row.map_err(describe)?;
-        let line = row.position().map(line_at);
+    for row in reader {
+        let (line, row) = row.map_err(in_file)?;
         for &f in &features {
             let field = &row[f];
             match field.parse::<f64>() {
@@ -232,10 +173,121 @@ pub fn parse(path: &Path, bytes: &[u8], source: &CsvSource) -> Result<Table, Rec
     })
 }
 
+/// A CSV file's rows as training and `mpric predict`/`evaluate --data` read them: fields
+/// trimmed, every row as long as the first (or the header), line numbers that count "\r\n"
+/// line ends, and one text per problem (`line N: ...`; the caller names the file).
+pub(crate) struct CsvReader<'a> {
+    reader: csv::Reader<&'a [u8]>,
+    lines: Lines<'a>,
+    header: bool,
+    /// The first row of a file without a header, read for its number of columns.
+    first: Option<csv::StringRecord>,
+}
+
+impl<'a> CsvReader<'a> {
+    /// Reads `bytes`, whose first line is a header when `header` is set.
+    pub(crate) fn new(bytes: &'a [u8], header: bool, delimiter: u8) -> Self {
+        let reader = csv::ReaderBuilder::new()
+            .has_headers(header)
+            .delimiter(delimiter)
+            .trim(csv::Trim::All)
+            .flexible(false)
+            .from_reader(bytes);
+        Self {
+            reader,
+            lines: Lines::new(bytes),
+            header,
+            first: None,
+        }
+    }
+
+    /// The column names: the header's (line 1), or positions from 1 for a file without one;
+    /// refused when there is none, or when a name appears twice.
+    pub(crate) fn names(&mut self) -> Result<Vec<String>, String> {
+        let names: Vec<String> = if self.header {
+            let header = self.reader.headers().map_err(|err| match err.kind() {
+                csv::ErrorKind::Utf8 { .. } => "line 1: the header is not valid UTF-8".to_string(),
+                _ => format!("line 1: {err}"),
+            })?;
+            if header.is_empty() || header.iter().all(str::is_empty) {
+                return Err("is empty (no header row)".into());
+            }
+            header.iter().map(str::to_string).collect()
+        } else {
+            let mut first = csv::StringRecord::new();
+            match self.reader.read_record(&mut first) {
+                Ok(true) => {}
+                Ok(false) => return Err("has no rows".into()),
+                Err(err) => return Err(self.describe(err)),
+            }
+            let names = (1..=first.len()).map(|i| i.to_string()).collect();
+            self.first = Some(first);
+            names
+        };
+        if let Some(dup) = names
+            .iter()
+            .enumerate()
+            .find(|(i, n)| names[..*i].contains(n))
+            .map(|(_, n)| n)
+        {
+            return Err(format!(
+                "line 1: column `{}` appears twice in the header",
+                dup.escape_debug()
+            ));
+        }
+        Ok(names)
+    }
+
+    /// A row's error as the file's line shows it.
+    fn describe(&mut self, err: csv::Error) -> String {
+        let message = match err.kind() {
+            csv::ErrorKind::UnequalLengths {
+                expected_len, len, ..
+            } => format!(
+                "{len} fields where {} has {expected_len}",
+                if self.header {
+                    "the header"
+                } else {
+                    "the first row"
+                }
+            ),
+            csv::ErrorKind::Utf8 { .. } => "not valid UTF-8".to_string(),
+            csv::ErrorKind::Io(e) => format!("cannot read it: {e}"),
+            _ => err.to_string(),
+        };
+        match err.position().map(|p| self.lines.at(p)) {
+            Some(line) => format!("line {line}: {message}"),
+            None => message,
+        }
+    }
+}
+
+/// The rows after the header (for a file without one, from the first row), each with the
+/// line it starts on; read [`CsvReader::names`] first.
+impl Iterator for CsvReader<'_> {
+    type Item = Result<(Option<u64>, csv::StringRecord), String>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let record = match self.first.take() {
+            Some(first) => first,
+            None => {
+                let mut record = csv::StringRecord::new();
+                match self.reader.read_record(&mut record) {
+                    Ok(true) => record,
+                    Ok(false) => return None,
+                    Err(err) => return Some(Err(self.describe(err))),
+                }
+            }
+        };
+        let line = record.position().map(|p| self.lines.at(p));
+        Some(Ok((line, record)))
+    }
+}
+
 /// Line numbers of CSV records, counted from their byte offsets: the reader's own line
 /// counter does not count lines that end in "\r\n" (files saved on Windows). Records are
 /// asked for in file order, so each count continues from the previous one.
-pub(crate) struct Lines<'a> {
+struct Lines<'a> {
     bytes: &'a [u8],
     /// The offset counted up to, and the newlines before it.
     counted: (usize, u64),
@@ -243,7 +295,7 @@ pub(crate) struct Lines<'a> {
 
 impl<'a> Lines<'a> {
     /// Counting lines of `bytes`.
-    pub(crate) fn new(bytes: &'a [u8]) -> Self {
+    fn new(bytes: &'a [u8]) -> Self {
         Self {
             bytes,
             counted: (0, 0),
@@ -251,7 +303,7 @@ impl<'a> Lines<'a> {
     }
 
     /// The line (from 1) a record at `position` starts on.
-    pub(crate) fn at(&mut self, position: &csv::Position) -> u64 {
+    fn at(&mut self, position: &csv::Position) -> u64 {
         let bytes = self.bytes;
         // A record's offset may point at the "\n" of the "\r\n" before it: start past it.
         let mut start = (position.byte() as usize).min(bytes.len());
@@ -266,18 +318,6 @@ impl<'a> Lines<'a> {
         self.counted = (start, newlines);
         newlines + 1
     }
-}
-
-/// The header row (line 1), with its own error messages.
-fn header_names(path: &Path, reader: &mut csv::Reader<&[u8]>) -> Result<Vec<String>, RecipeError> {
-    let header = reader.headers().map_err(|err| match err.kind() {
-        csv::ErrorKind::Utf8 { .. } => file_error(path, "line 1: the header is not valid UTF-8"),
-        _ => file_error(path, format!("line 1: {err}")),
-    })?;
-    if header.is_empty() || header.iter().all(str::is_empty) {
-        return Err(file_error(path, "is empty (no header row)"));
-    }
-    Ok(header.iter().map(str::to_string).collect())
 }
 
 /// Labels in numeric order where both are numbers (`2` before `10`), else in text order.

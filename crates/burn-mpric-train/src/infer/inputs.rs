@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::data::Dataset;
-use crate::data::csv::Lines;
+use crate::data::csv::CsvReader;
 use crate::data::images::{self, ImageShape};
 use crate::data::source::{MAX_DATA_FILE_BYTES, read_limited};
 use crate::data::tabular::Tabular;
@@ -169,61 +169,17 @@ fn read_csv(
         ));
     }
     let bytes = read_whole(path)?;
-    let lines = std::cell::RefCell::new(Lines::new(&bytes));
-    let line_at = |p: &csv::Position| lines.borrow_mut().at(p);
-    let mut reader = csv::ReaderBuilder::new()
-        .has_headers(header)
-        .delimiter(delimiter)
-        .trim(csv::Trim::All)
-        .flexible(false)
-        .from_reader(bytes.as_slice());
+    let in_file = |message: String| format!("{}: {message}", path.display());
+    let mut reader = CsvReader::new(&bytes, header, delimiter);
+    let names = reader.names().map_err(in_file)?;
+    let records = reader.collect::<Result<Vec<_>, _>>().map_err(in_file)?;
+    if records.is_empty() {
+        return Err(format!("{}: has no data rows", path.display()));
+    }
     let at = |line: Option<u64>| match line {
         Some(line) => format!("{}: line {line}", path.display()),
         None => path.display().to_string(),
     };
-    let describe = |err: csv::Error| match err.kind() {
-        csv::ErrorKind::UnequalLengths {
-            expected_len, len, ..
-        } => format!(
-            "{}: {len} fields where the first row has {expected_len}",
-            at(err.position().map(line_at))
-        ),
-        csv::ErrorKind::Utf8 { .. } => {
-            format!("{}: not valid UTF-8", at(err.position().map(line_at)))
-        }
-        _ => format!("{}: {err}", path.display()),
-    };
-    let mut records: Vec<csv::StringRecord> = Vec::new();
-    for record in reader.records() {
-        records.push(record.map_err(describe)?);
-    }
-    let names: Vec<String> = if header {
-        reader
-            .headers()
-            .map_err(describe)?
-            .iter()
-            .map(str::to_string)
-            .collect()
-    } else {
-        (1..=records.first().map_or(0, csv::StringRecord::len))
-            .map(|i| i.to_string())
-            .collect()
-    };
-    if records.is_empty() {
-        return Err(format!("{}: has no data rows", path.display()));
-    }
-    if let Some(dup) = names
-        .iter()
-        .enumerate()
-        .find(|(i, n)| names[..*i].contains(n))
-        .map(|(_, n)| n)
-    {
-        return Err(format!(
-            "{}: line 1: column `{}` appears twice in the header",
-            path.display(),
-            dup.escape_debug()
-        ));
-    }
     let position = |name: &str| names.iter().position(|n| n == name);
     let mut features = Vec::with_capacity(columns.len());
     for column in columns {
@@ -256,8 +212,8 @@ fn read_csv(
     let mut y = Vec::with_capacity(records.len());
     let mut row_names = Vec::with_capacity(records.len());
     let mut raw = vec![0.0f64; columns.len()];
-    for record in &records {
-        let line = record.position().map(line_at);
+    for (line, record) in &records {
+        let line = *line;
         for (slot, &f) in raw.iter_mut().zip(&features) {
             let field = &record[f];
             *slot = match field.parse::<f64>() {
