@@ -12,10 +12,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
 use crate::infer::Trained;
-use crate::models::Model;
+use crate::models::{Model, describe_forward};
 use crate::plan::Plan;
-use crate::recipe::{ModelConfig, Recipe};
-use crate::schema::{InputKind, Schema};
+use crate::recipe::Recipe;
+use crate::schema::Schema;
 
 /// The sidecar's format tag.
 ///
@@ -37,7 +37,8 @@ pub struct Sidecar {
     pub dtype: String,
     /// `pytorch` or `burn` (see [`Layout`]).
     pub layout: String,
-    /// The forward pass, in words, with the tensor names.
+    /// The forward pass, in words, with the tensor names (each model describes its own,
+    /// see `models/`).
     pub forward: String,
     /// What the model reads and gives, with the standardization of its inputs.
     pub schema: Schema,
@@ -89,7 +90,7 @@ pub fn export(
         step: trained.checkpoint.step,
         dtype: format!("{dtype:?}").to_lowercase(),
         layout: layout.to_string(),
-        forward: forward(&trained.state.recipe.model, &trained.schema, layout),
+        forward: describe_forward(&trained.state.recipe.model, &trained.schema.inputs, layout),
         schema: trained.schema.clone(),
     };
     let json = serde_json::to_string_pretty(&sidecar)
@@ -112,65 +113,6 @@ pub fn export(
     crate::atomic::write_atomic(&side, (json + "\n").as_bytes())
         .map_err(|e| Error::Input(format!("{}: cannot write the sidecar: {e}", side.display())))?;
     Ok(sidecar)
-}
-
-/// The forward pass of a built-in model, naming its tensors, precise enough to compute it
-/// from the file alone.
-fn forward(model: &ModelConfig, schema: &Schema, layout: Layout) -> String {
-    let (linear, norm) = match layout {
-        Layout::PyTorch => (
-            "linear(name, x) = x @ name.weight.T + name.bias (name.weight is [out, in])",
-            "layernorm(x, name) = (x - mean(x)) / sqrt(var(x) + 1e-5) * name.weight + name.bias over the last axis (biased variance)",
-        ),
-        Layout::Burn => (
-            "linear(name, x) = x @ name.weight + name.bias (name.weight is [in, out])",
-            "layernorm(x, name) = (x - mean(x)) / sqrt(var(x) + 1e-5) * name.gamma + name.beta over the last axis (biased variance)",
-        ),
-    };
-    let columns = "x = the columns in schema.inputs.columns.names order, each standardized: (raw - schema.scaling.mean[f]) / schema.scaling.std[f], rounded to f32";
-    let outputs = "classes: softmax(logits), labels in schema.outputs.classes.names order; a value: output * schema.scaling.target[1] + schema.scaling.target[0]";
-    let dense = |hidden: usize| {
-        format!("for i in 0..{hidden}: x = relu(linear(dense.i, x)); out = linear(out, x)")
-    };
-    match model {
-        ModelConfig::Mlp(c) => format!(
-            "mlp: {columns}; for i in 0..{}: x = relu(linear(layers.i, x)); out = linear(out, x); {linear}; {outputs}",
-            c.hidden.len()
-        ),
-        ModelConfig::Conv(c) => {
-            let pad = c.kernel_size / 2;
-            match &schema.inputs {
-                InputKind::Image { size, .. } => {
-                    let (mut side, mut pooled) = (*size, 0);
-                    for _ in &c.channels {
-                        if side >= 2 {
-                            side /= 2;
-                            pooled += 1;
-                        }
-                    }
-                    format!(
-                        "conv on images: x = the image resized to {size}x{size}, its pixels / 255 as [channels, {size}, {size}] (channel-major; rgb or one gray channel), each channel standardized: (x - schema.scaling.mean[c]) / schema.scaling.std[c]; for i in 0..{}: x = relu(conv2d(x, convs.i.weight [out, in, {k}, {k}], convs.i.bias, stride 1, zero padding {pad} on every side)), and for i < {pooled}: x = max_pool(x, 2x2, stride 2); x = flatten(x) in [channel, row, column] order; {}; {linear}; {outputs}",
-                        c.channels.len(),
-                        dense(c.hidden.len()),
-                        k = c.kernel_size
-                    )
-                }
-                _ => format!(
-                    "conv on columns: {columns}; x as [1 channel, features]; for i in 0..{}: x = relu(conv1d(x, convs.i.weight [out, in, {k}], convs.i.bias, stride 1, zero padding {pad} on each side)); x = flatten(x) in [channel, feature] order; {}; {linear}; {outputs}",
-                    c.channels.len(),
-                    dense(c.hidden.len()),
-                    k = c.kernel_size
-                ),
-            }
-        }
-        ModelConfig::TransformerLm(c) => format!(
-            "transformer_lm: ids = each character's index in schema.inputs.text.vocab (at most {ctx} of them); x = token.weight[ids] + position.weight[0..len]; for i in 0..{layers}: x = x + attention_i(layernorm(x, encoder.layers.i.norm_2)); x = x + linear(encoder.layers.i.pwff.linear_outer, gelu(linear(encoder.layers.i.pwff.linear_inner, layernorm(x, encoder.layers.i.norm_1)))) (Burn's pre-norm layer: norm_2 before attention, norm_1 before the feed-forward); attention_i: {heads} heads of {dh}: q, k, v = linear(encoder.layers.i.mha.query|key|value, x) split into heads, scores = q @ k.T / sqrt({dh}) with every later position set to -10000, softmax over the last axis, weights @ v, heads concatenated, linear(encoder.layers.i.mha.output, .); gelu(x) = x * (1 + erf(x / sqrt(2))) / 2; logits = linear(head, layernorm(x, norm)); the next character: softmax(logits) at the last position; {linear}; {norm}",
-            ctx = c.context,
-            layers = c.layers,
-            heads = c.heads,
-            dh = c.d_model / c.heads.max(1),
-        ),
-    }
 }
 
 #[cfg(test)]

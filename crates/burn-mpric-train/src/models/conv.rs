@@ -9,6 +9,8 @@ use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 
 use crate::data::images::ImageShape;
+use crate::models::Notation;
+use crate::recipe::ConvConfig;
 
 /// Conv1d layers ("same" padding, ReLU), flattened, then dense layers and an output layer.
 #[derive(Module, Debug)]
@@ -93,7 +95,7 @@ impl<B: Backend> ImageConvNet<B> {
     ) -> Self {
         let pad = kernel_size / 2;
         let mut convs = Vec::with_capacity(channels.len());
-        let (mut c_in, mut side, mut pooled) = (shape.channels, shape.size, 0);
+        let mut c_in = shape.channels;
         for &c in channels {
             convs.push(
                 Conv2dConfig::new([c_in, c], [kernel_size, kernel_size])
@@ -101,11 +103,8 @@ impl<B: Backend> ImageConvNet<B> {
                     .init(device),
             );
             c_in = c;
-            if side >= 2 {
-                side /= 2;
-                pooled += 1;
-            }
         }
+        let (side, pooled) = pooling(shape.size, channels.len());
         let (dense, out) = dense_layers(c_in * side * side, hidden, outputs, device);
         Self {
             convs,
@@ -133,6 +132,59 @@ impl<B: Backend> ImageConvNet<B> {
         let x = x.reshape([n, c * h * w]);
         dense_forward(&self.dense, &self.out, &self.act, x)
     }
+}
+
+/// [`ConvNet`]'s forward pass for an export, in `notation`.
+pub(crate) fn describe_forward(config: &ConvConfig, notation: &Notation) -> String {
+    format!(
+        "conv on columns: {}; x as [1 channel, features]; for i in 0..{}: x = relu(conv1d(x, convs.i.weight [out, in, {k}], convs.i.bias, stride 1, zero padding {pad} on each side)); x = flatten(x) in [channel, feature] order; {}",
+        notation.columns,
+        config.channels.len(),
+        describe_dense(config, notation),
+        k = config.kernel_size,
+        pad = config.kernel_size / 2,
+    )
+}
+
+/// [`ImageConvNet`]'s forward pass for an export of images `size` pixels square, in
+/// `notation`.
+pub(crate) fn describe_image_forward(
+    config: &ConvConfig,
+    size: usize,
+    notation: &Notation,
+) -> String {
+    let (_, pooled) = pooling(size, config.channels.len());
+    format!(
+        "conv on images: x = the image resized to {size}x{size}, its pixels / 255 as [channels, {size}, {size}] (channel-major; rgb or one gray channel), each channel standardized: (x - schema.scaling.mean[c]) / schema.scaling.std[c]; for i in 0..{}: x = relu(conv2d(x, convs.i.weight [out, in, {k}, {k}], convs.i.bias, stride 1, zero padding {pad} on every side)), and for i < {pooled}: x = max_pool(x, 2x2, stride 2); x = flatten(x) in [channel, row, column] order; {}",
+        config.channels.len(),
+        describe_dense(config, notation),
+        k = config.kernel_size,
+        pad = config.kernel_size / 2,
+    )
+}
+
+/// The dense layers and the output layer of both conv models, and how to read the outputs,
+/// for an export.
+fn describe_dense(config: &ConvConfig, notation: &Notation) -> String {
+    format!(
+        "for i in 0..{}: x = relu(linear(dense.i, x)); out = linear(out, x); {}; {}",
+        config.hidden.len(),
+        notation.linear,
+        notation.outputs
+    )
+}
+
+/// The side of an image of `size` pixels after `convs` convolutions, and how many of them are
+/// followed by pooling: each pooling halves it while it is at least 2 pixels wide.
+fn pooling(size: usize, convs: usize) -> (usize, usize) {
+    let (mut side, mut pooled) = (size, 0);
+    for _ in 0..convs {
+        if side >= 2 {
+            side /= 2;
+            pooled += 1;
+        }
+    }
+    (side, pooled)
 }
 
 /// Dense layers of `hidden` widths from `width` inputs, and the output layer.

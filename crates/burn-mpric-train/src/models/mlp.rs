@@ -5,6 +5,9 @@ use burn::nn::{Linear, LinearConfig, Relu};
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 
+use crate::models::Notation;
+use crate::recipe::MlpConfig;
+
 /// Dense layers with ReLU between them, then a linear output layer.
 #[derive(Module, Debug)]
 pub struct Mlp<B: Backend> {
@@ -37,6 +40,17 @@ impl<B: Backend> Mlp<B> {
             .fold(x, |x, layer| self.act.forward(layer.forward(x)));
         self.out.forward(x)
     }
+}
+
+/// [`Mlp`]'s forward pass for an export, in `notation`.
+pub(crate) fn describe_forward(config: &MlpConfig, notation: &Notation) -> String {
+    format!(
+        "mlp: {}; for i in 0..{}: x = relu(linear(layers.i, x)); out = linear(out, x); {}; {}",
+        notation.columns,
+        config.hidden.len(),
+        notation.linear,
+        notation.outputs
+    )
 }
 
 #[cfg(test)]

@@ -10,10 +10,12 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::nn::loss::{CrossEntropyLossConfig, MseLoss, Reduction};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, FloatDType, Int, Tensor};
+use burn_mpric::export::Layout;
 
 use crate::data::{Batch, Dims, Inputs, Targets};
 use crate::error::Error;
 use crate::recipe::ModelConfig;
+use crate::schema::InputKind;
 use conv::{ConvNet, ImageConvNet};
 use mlp::Mlp;
 use transformer::{LmSizes, TransformerLm};
@@ -168,6 +170,54 @@ impl<B: Backend> Model<B> {
                 let [n, t] = y.dims();
                 Ok(classification(out, y.reshape([n * t])))
             }
+        }
+    }
+}
+
+/// The forward pass of the model `config` describes, in words, naming the tensors of an
+/// export in `layout`: precise enough to compute it from the file alone (`mpric export`'s
+/// sidecar). Each model describes its own; `inputs` tells the two kinds of `conv` apart.
+pub(crate) fn describe_forward(config: &ModelConfig, inputs: &InputKind, layout: Layout) -> String {
+    let notation = Notation::of(layout);
+    match config {
+        ModelConfig::Mlp(c) => mlp::describe_forward(c, &notation),
+        ModelConfig::Conv(c) => match inputs {
+            InputKind::Image { size, .. } => conv::describe_image_forward(c, *size, &notation),
+            _ => conv::describe_forward(c, &notation),
+        },
+        ModelConfig::TransformerLm(c) => transformer::describe_forward(c, &notation),
+    }
+}
+
+/// The words the models' forward passes are described in, for an export's layout.
+pub(crate) struct Notation {
+    /// What `linear(name, x)` computes from the file's tensors.
+    pub(crate) linear: &'static str,
+    /// What `layernorm(x, name)` computes from the file's tensors.
+    pub(crate) norm: &'static str,
+    /// How input columns are read and standardized.
+    pub(crate) columns: &'static str,
+    /// How classes and values are read from the outputs.
+    pub(crate) outputs: &'static str,
+}
+
+impl Notation {
+    fn of(layout: Layout) -> Self {
+        let (linear, norm) = match layout {
+            Layout::PyTorch => (
+                "linear(name, x) = x @ name.weight.T + name.bias (name.weight is [out, in])",
+                "layernorm(x, name) = (x - mean(x)) / sqrt(var(x) + 1e-5) * name.weight + name.bias over the last axis (biased variance)",
+            ),
+            Layout::Burn => (
+                "linear(name, x) = x @ name.weight + name.bias (name.weight is [in, out])",
+                "layernorm(x, name) = (x - mean(x)) / sqrt(var(x) + 1e-5) * name.gamma + name.beta over the last axis (biased variance)",
+            ),
+        };
+        Self {
+            linear,
+            norm,
+            columns: "x = the columns in schema.inputs.columns.names order, each standardized: (raw - schema.scaling.mean[f]) / schema.scaling.std[f], rounded to f32",
+            outputs: "classes: softmax(logits), labels in schema.outputs.classes.names order; a value: output * schema.scaling.target[1] + schema.scaling.target[0]",
         }
     }
 }

@@ -9,6 +9,9 @@ use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, L
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor};
 
+use crate::models::Notation;
+use crate::recipe::TransformerLmConfig;
+
 /// Sizes of a [`TransformerLm`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LmSizes {
@@ -75,6 +78,19 @@ impl<B: Backend> TransformerLm<B> {
             .forward(TransformerEncoderInput::new(x).mask_attn(mask));
         self.head.forward(self.norm.forward(x))
     }
+}
+
+/// [`TransformerLm`]'s forward pass for an export, in `notation`.
+pub(crate) fn describe_forward(config: &TransformerLmConfig, notation: &Notation) -> String {
+    format!(
+        "transformer_lm: ids = each character's index in schema.inputs.text.vocab (at most {ctx} of them); x = token.weight[ids] + position.weight[0..len]; for i in 0..{layers}: x = x + attention_i(layernorm(x, encoder.layers.i.norm_2)); x = x + linear(encoder.layers.i.pwff.linear_outer, gelu(linear(encoder.layers.i.pwff.linear_inner, layernorm(x, encoder.layers.i.norm_1)))) (Burn's pre-norm layer: norm_2 before attention, norm_1 before the feed-forward); attention_i: {heads} heads of {dh}: q, k, v = linear(encoder.layers.i.mha.query|key|value, x) split into heads, scores = q @ k.T / sqrt({dh}) with every later position set to -10000, softmax over the last axis, weights @ v, heads concatenated, linear(encoder.layers.i.mha.output, .); gelu(x) = x * (1 + erf(x / sqrt(2))) / 2; logits = linear(head, layernorm(x, norm)); the next character: softmax(logits) at the last position; {}; {}",
+        notation.linear,
+        notation.norm,
+        ctx = config.context,
+        layers = config.layers,
+        heads = config.heads,
+        dh = config.d_model / config.heads.max(1),
+    )
 }
 
 #[cfg(test)]
