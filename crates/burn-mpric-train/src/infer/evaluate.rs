@@ -15,8 +15,8 @@ use crate::error::Error;
 use crate::infer::inputs::{self, Targets};
 use crate::infer::{ModelTask, Trained, with_model};
 use crate::models::Model;
+use crate::models::evaluate::evaluate as held_out_metrics;
 use crate::plan::Plan;
-use crate::run::train::evaluate as held_out_metrics;
 
 /// What `mpric evaluate` measured (the content of its JSON file).
 ///

@@ -1,6 +1,8 @@
-//! The built-in models, one enum over them, and their losses.
+//! The built-in models, one enum over them, their losses, their held-out evaluation
+//! (`evaluate.rs`) and the description of their forward passes for an export.
 
 pub mod conv;
+pub mod evaluate;
 pub mod mlp;
 pub mod transformer;
 

@@ -13,7 +13,8 @@ use burn_mpric::{MixedPrecision, MpDevice};
 use crate::error::Error;
 use crate::models::Model;
 use crate::optim::{Ad, with_optimizer};
-use crate::run::train::{Loop, Peers, Run, StepTurn, Summary};
+use crate::run::step::{Peers, StepTurn};
+use crate::run::train::{Loop, Run, Summary};
 
 /// A registered peer, unregistered however its thread ends.
 struct Registered<B: Backend>(PeerId, PhantomData<B>);

@@ -1,13 +1,18 @@
-//! Running a recipe: the training loop (`train.rs`), its replicas on their own threads
-//! (`ddp.rs`) or in several processes (`processes.rs`), resuming from a checkpoint
-//! (`resume.rs`) and the output folder's lock (`lock.rs`).
+//! Running a recipe: the training loop (`train.rs`), one step's forward and backward pass
+//! and how replicas combine it (`step.rs`), the progress lines (`progress.rs`) and reports
+//! (`report.rs`) of a run, its replicas on their own threads (`ddp.rs`) or in several
+//! processes (`processes.rs`), resuming from a checkpoint (`resume.rs`) and the output
+//! folder's lock (`lock.rs`).
 
 #[cfg(feature = "ddp")]
 mod ddp;
 pub(crate) mod grads;
 pub(crate) mod lock;
 pub(crate) mod processes;
+pub(crate) mod progress;
+pub(crate) mod report;
 pub(crate) mod resume;
+pub(crate) mod step;
 pub(crate) mod train;
 
 use burn::tensor::backend::Backend;
@@ -17,7 +22,8 @@ use crate::backend::{BackendTask, mp_device};
 use crate::error::Error;
 use crate::optim::with_optimizer;
 use crate::recipe::{BackendName, Strategy};
-use train::{Loop, Peers, Run};
+use step::Peers;
+use train::{Loop, Run};
 
 pub(crate) use processes::MPI_NOT_BUILT;
 pub use processes::{

@@ -1,34 +1,37 @@
-//! The training loop: `Autodiff<MixedPrecision<B>>`, loss scaling with step skipping,
-//! metrics, plots and checkpoints, and exact resume.
+//! The training run: its options ([`TrainOptions`]), what it did ([`Summary`]), and its loop:
+//! `Autodiff<MixedPrecision<B>>`, loss scaling with step skipping, the held-out evaluation,
+//! reports and checkpoints at their steps, and exact resume. A step's arithmetic is in
+//! `step.rs`, what the run says while it runs in `progress.rs`, its reports in `report.rs`.
 
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::sync::Barrier;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use burn::module::{AutodiffModule, Module};
-use burn::optim::{GradientsAccumulator, GradientsParams, Optimizer};
+use burn::module::AutodiffModule;
+use burn::optim::Optimizer;
 use burn::tensor::backend::Backend;
-use burn::tensor::{ElementConversion, Tensor};
-use burn_mpric::scale::{LossScaler, ProbeRead, SkipCause, StepOutcome, cast_grads_to_param_dtype};
+use burn_mpric::scale::LossScaler;
 use burn_mpric::{BurnDType, FloatDType, MixedPrecision, MpDevice, Policy, ResolvedPolicy};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 
 use crate::backend::dispatch;
 use crate::checkpoint::{self, Checkpoint, STATE_FORMAT_VERSION, TrainState};
-use crate::data::{Dataset, Sampler};
+use crate::data::Sampler;
 use crate::error::{Error, RecipeError};
 use crate::models::Model;
+use crate::models::evaluate::evaluate;
 use crate::optim::{Ad, OptimizerTask};
 use crate::plan::Plan;
 use crate::recipe::BackendConfig;
-use crate::report::metrics::{self, EvalRow, MetricsFile, StepRow};
-use crate::report::plot;
+use crate::report::metrics::{EvalRow, StepRow};
 use crate::run::grads::StepGrads;
 use crate::run::lock::RunLock;
 use crate::run::processes::{self, Link, Listening, Processes};
+use crate::run::progress::{
+    checkpoint_line, progress_bar, progress_message, skip_line, start_line,
+};
+use crate::run::report::{plot_title, step_row, tail_loss, write_reports};
 use crate::run::resume;
+use crate::run::step::{Peers, forward_backward, skip_cause};
 
 /// How to run a plan.
 ///
@@ -247,68 +250,6 @@ pub(crate) struct Run<'a> {
     pub(crate) link: Option<&'a Link>,
 }
 
-/// Where the replicas of a collective run meet at the end of each step, after the first one
-/// has written its reports: a failure there stops every replica at that step (a replica that
-/// went on alone would wait in the next all-reduce forever).
-#[cfg_attr(not(feature = "ddp"), allow(dead_code))]
-pub(crate) struct StepTurn {
-    barrier: Barrier,
-    failed: AtomicBool,
-}
-
-impl StepTurn {
-    /// A meeting point for `count` replicas.
-    #[cfg_attr(not(feature = "ddp"), allow(dead_code))]
-    pub(crate) fn new(count: usize) -> Self {
-        Self {
-            barrier: Barrier::new(count),
-            failed: AtomicBool::new(false),
-        }
-    }
-
-    /// Waits for every replica; `failed` says whether this one failed. Returns whether any
-    /// replica failed.
-    #[cfg_attr(not(feature = "ddp"), allow(dead_code))]
-    pub(crate) fn end_step(&self, failed: bool) -> bool {
-        if failed {
-            self.failed.store(true, Ordering::SeqCst);
-        }
-        self.barrier.wait();
-        self.failed.load(Ordering::SeqCst)
-    }
-}
-
-/// How the replicas of a step combine their gradients.
-#[derive(Clone, Copy)]
-pub(crate) enum Peers<'a> {
-    /// One thread: the model lives on the first device; with several devices, each runs one
-    /// shard and the gradients are summed there (`multi_device`).
-    Local,
-    /// One thread per device (`ddp`): this thread is replica `peer` of `count`, and the
-    /// gradients are summed through burn-collective.
-    #[cfg(feature = "ddp")]
-    Collective {
-        peer: usize,
-        count: usize,
-        turn: &'a StepTurn,
-    },
-    /// One process of several (`--world`): this process's devices run its shards of each
-    /// batch as under `Local`, and the sums span every process through `link`.
-    Processes(&'a Link),
-}
-
-impl Peers<'_> {
-    /// Whether this thread writes the run's metrics, evaluations and checkpoints.
-    fn is_main(&self) -> bool {
-        match self {
-            Peers::Local => true,
-            #[cfg(feature = "ddp")]
-            Peers::Collective { peer, .. } => *peer == 0,
-            Peers::Processes(link) => link.place().0 == 0,
-        }
-    }
-}
-
 pub(crate) struct Loop<'a, B: Backend> {
     pub(crate) run: Run<'a>,
     /// The devices, the main one (which holds the model and the optimizer) first; one device
@@ -326,114 +267,6 @@ impl<B: Backend> OptimizerTask<B> for Loop<'_, B> {
     fn run<O: Optimizer<Model<Ad<B>>, Ad<B>>>(self, optim: O) -> Self::Output {
         train_loop(self.run, &self.replicas, self.peers, self.model, optim)
     }
-}
-
-/// Forward and backward of one batch: on the main device alone, or split into one contiguous
-/// shard per replica, each shard's loss weighted by its share of the batch (so the summed
-/// gradients are those of the whole batch's mean loss) and the gradients summed on the main
-/// device.
-fn forward_backward<B: Backend>(
-    plan: &Plan,
-    model: &Model<Ad<B>>,
-    scaler: &LossScaler,
-    items: &[usize],
-    replicas: &[MpDevice<B>],
-    peers: Peers<'_>,
-) -> Result<StepGrads<B>, Error> {
-    let main = &replicas[0];
-    let read_correct =
-        |c: Option<Tensor<Ad<B>, 1, burn::tensor::Int>>| c.map(|c| c.into_scalar().elem::<i64>());
-    #[cfg(feature = "ddp")]
-    if let Peers::Collective { peer, count, .. } = peers {
-        // This replica's shard; its loss weighted by its share of the batch, so that the sum
-        // over the replicas is the gradient of the whole batch's mean loss.
-        let own = shard(items, count)[peer];
-        let out = model.forward(plan.data.batch::<Ad<B>>(false, own, main))?;
-        let share = own.len() as f64 / items.len() as f64;
-        let scaled = scaler.scale_loss(out.loss.mul_scalar(share));
-        let grads = GradientsParams::from_grads(scaled.backward(), model);
-        let correct = match out.correct {
-            Some(c) => Some(sum_over_peers::<B>(peer, c)?),
-            None => None,
-        };
-        return Ok(StepGrads {
-            grads,
-            scaled_loss: scaled,
-            correct: read_correct(correct),
-        });
-    }
-    if replicas.len() == 1 && !matches!(peers, Peers::Processes(_)) {
-        let out = model.forward(plan.data.batch::<Ad<B>>(false, items, main))?;
-        let scaled = scaler.scale_loss(out.loss);
-        let grads = GradientsParams::from_grads(scaled.backward(), model);
-        return Ok(StepGrads {
-            grads,
-            scaled_loss: scaled,
-            correct: read_correct(out.correct),
-        });
-    }
-    let shards = match peers {
-        // This process's devices take their shards of the batch split over every device of
-        // every process (the same shards as one process with all the devices).
-        Peers::Processes(link) => {
-            let (rank, world) = link.place();
-            let all = shard(items, world * replicas.len());
-            all[rank * replicas.len()..][..replicas.len()].to_vec()
-        }
-        _ => shard(items, replicas.len()),
-    };
-    let mut accumulator = GradientsAccumulator::<Model<Ad<B>>>::new();
-    let mut losses = Vec::with_capacity(shards.len());
-    let mut correct: Vec<Tensor<Ad<B>, 1, burn::tensor::Int>> = Vec::new();
-    for (shard, device) in shards.into_iter().zip(replicas) {
-        let replica = model.clone().fork(device);
-        let out = replica.forward(plan.data.batch::<Ad<B>>(false, shard, device))?;
-        let share = shard.len() as f64 / items.len() as f64;
-        let scaled = scaler.scale_loss(out.loss.mul_scalar(share));
-        let mut grads = GradientsParams::from_grads(scaled.backward(), &replica);
-        if let Peers::Processes(_) = peers {
-            // Summed at the parameters' dtype, as every other sum of the run is (and as
-            // `ddp` sums its replicas): two f16 gradients may overflow where their f32 sum
-            // does not.
-            grads = cast_grads_to_param_dtype(&replica, grads);
-        }
-        accumulator.accumulate(model, grads.to_device(main, model));
-        losses.push(scaled.detach().to_device(main));
-        // Summed on the main device and read once, so that no replica waits for another.
-        correct.extend(out.correct.map(|c| c.to_device(main)));
-    }
-    let correct = (!correct.is_empty()).then(|| Tensor::cat(correct, 0).sum());
-    Ok(StepGrads {
-        grads: accumulator.grads(),
-        scaled_loss: Tensor::cat(losses, 0).sum(),
-        correct: read_correct(correct),
-    })
-}
-
-/// A count summed over all replicas (burn-collective), as every replica calls it.
-#[cfg(feature = "ddp")]
-fn sum_over_peers<B: Backend>(
-    peer: usize,
-    count: Tensor<Ad<B>, 1, burn::tensor::Int>,
-) -> Result<Tensor<Ad<B>, 1, burn::tensor::Int>, Error> {
-    let peer = burn::collective::PeerId::from(peer);
-    let summed = burn_mpric::scale::sum_over_peers(peer, count.float().inner())
-        .map_err(|e| Error::Internal(e.to_string()))?;
-    Ok(Tensor::<Ad<B>, 1>::from_inner(summed).int())
-}
-
-/// `items` split into `n` contiguous shards whose sizes differ by at most one (`n` is at most
-/// `items.len()`, checked with the recipe).
-fn shard(items: &[usize], n: usize) -> Vec<&[usize]> {
-    let (base, extra) = (items.len() / n, items.len() % n);
-    let mut shards = Vec::with_capacity(n);
-    let mut start = 0;
-    for i in 0..n {
-        let len = base + usize::from(i < extra);
-        shards.push(&items[start..start + len]);
-        start += len;
-    }
-    shards
 }
 
 fn train_loop<B, O>(
@@ -496,23 +329,9 @@ where
 
     let total = plan.total_steps;
     let stop = options.until.map_or(total, |u| u.min(total)).max(start);
-    let title = format!(
-        "{} ({} on {}, {})",
-        plan.label,
-        recipe.model.kind(),
-        recipe.backend.name,
-        policy
-    );
+    let title = plot_title(plan, policy);
     if is_main && options.log {
-        eprintln!(
-            "training {}: {} steps of {} on {} {} ({policy}) -> {}",
-            plan.label,
-            plan.total_steps,
-            recipe.model.kind(),
-            recipe.backend.name,
-            recipe.backend.describe_devices(),
-            output.display()
-        );
+        eprintln!("{}", start_line(plan, policy));
     }
     if is_main && start > 0 {
         // The metrics files first go back to the checkpoint's rows. A run that resumes from
@@ -523,7 +342,7 @@ where
         write_reports(plan, policy, &rows, &evals, &title)?;
     }
     let bar = if is_main {
-        progress_bar(options, start, total)
+        progress_bar(options.progress, start, total)
     } else {
         ProgressBar::hidden()
     };
@@ -572,25 +391,13 @@ where
             )?),
             _ => None,
         };
-        let accuracy = correct.map(|c| c as f32 / predictions as f32);
-        let row = StepRow {
-            step,
-            epoch: sampler.position().epoch,
-            lr,
-            loss: outcome.loss.filter(|l| l.is_finite()),
-            accuracy,
-            loss_scale: outcome.scale_used,
-            skipped: outcome.is_skipped(),
-            skipped_total: outcome.stats.skipped,
-            grad_norm: outcome.grad_norm.filter(|n| n.is_finite()),
-            step_ms: t0.elapsed().as_secs_f64() * 1e3,
-            overflowed: outcome
-                .overflow
-                .as_ref()
-                .map(|o| o.params.clone())
-                .unwrap_or_default(),
-            cause: cause.as_ref().map(|c| c.label().to_string()),
-        };
+        let row = step_row(
+            (step, sampler.position().epoch, lr),
+            &outcome,
+            correct.map(|c| c as f32 / predictions as f32),
+            cause.as_ref(),
+            t0.elapsed(),
+        );
         if is_main && options.log && outcome.is_skipped() {
             bar.suspend(|| eprintln!("{}", skip_line(step, &outcome, cause.as_ref())));
         }
@@ -701,13 +508,6 @@ where
         write_reports(plan, policy, &rows, &evals, &title)?;
     }
 
-    let tail = (rows.len() / 10).max(1);
-    let tail_losses: Vec<f32> = rows
-        .iter()
-        .rev()
-        .take(tail)
-        .filter_map(|r| r.loss)
-        .collect();
     Ok(Summary {
         output: output.to_path_buf(),
         policy,
@@ -717,8 +517,7 @@ where
         last: rows.last().cloned(),
         eval: until_eval.or_else(|| evals.last().cloned()),
         skipped: scaler.stats().skipped,
-        tail_loss: (!tail_losses.is_empty())
-            .then(|| tail_losses.iter().sum::<f32>() / tail_losses.len() as f32),
+        tail_loss: tail_loss(&rows),
         wall_s: started.elapsed().as_secs_f64(),
     })
 }
@@ -737,178 +536,4 @@ fn optimizer_state_device<B: Backend>(device: &MpDevice<B>) -> Result<MpDevice<B
     let wide = Policy::from(policy).with_param(FloatDType::F32);
     MixedPrecision::<B>::device(device.inner().clone(), wide)
         .map_err(|e| Error::Internal(format!("the optimizer-state device: {e}")))
-}
-
-/// The cause of a skipped step (one process): its batch once more at the probe's scale, the
-/// two reads compared ([`SkipCause::judge`]).
-fn skip_cause<B: Backend>(
-    plan: &Plan,
-    model: &Model<Ad<B>>,
-    items: &[usize],
-    replicas: &[MpDevice<B>],
-    peers: Peers<'_>,
-    outcome: &StepOutcome,
-    step: u64,
-) -> Result<SkipCause, Error> {
-    let read = ProbeRead::of(outcome.loss, false, false);
-    let probe_scale = read.probe_scale(outcome.scale_used);
-    let prober = LossScaler::fixed(probe_scale)
-        .map_err(|e| Error::Internal(format!("the probe's scale {probe_scale}: {e}")))?;
-    let probed = forward_backward(plan, model, &prober, items, replicas, peers)?;
-    let checked = prober
-        .check(model, probed.grads, Some(probed.scaled_loss))
-        .map_err(|source| Error::Step { step, source })?;
-    let params = outcome
-        .overflow
-        .as_ref()
-        .map(|o| o.params.clone())
-        .unwrap_or_default();
-    let still = checked.overflow.as_ref().map_or(&[][..], |o| &o.params[..]);
-    Ok(SkipCause::judge(
-        read,
-        checked.probe_read(),
-        outcome.scale_used,
-        probe_scale,
-        params,
-        still,
-    ))
-}
-
-/// The stderr line of a skipped step: the scale it used and the next one, which parameters'
-/// gradients overflowed, and the probe's cause.
-fn skip_line(step: u64, outcome: &StepOutcome, cause: Option<&SkipCause>) -> String {
-    let which = match &outcome.overflow {
-        Some(overflow) if overflow.params.is_empty() => {
-            "the global gradient norm overflowed f32 (no single gradient held inf or NaN)"
-                .to_string()
-        }
-        Some(overflow) => format!("inf/NaN gradients in {overflow}"),
-        None => "inf/NaN gradients".to_string(),
-    };
-    let cause = cause.map(|c| format!("; {c}")).unwrap_or_default();
-    format!(
-        "step {step}: skipped: {which}; loss scale {} -> {}{cause}",
-        outcome.scale_used, outcome.next_scale
-    )
-}
-
-fn write_reports(
-    plan: &Plan,
-    policy: ResolvedPolicy,
-    rows: &[StepRow],
-    evals: &[EvalRow],
-    title: &str,
-) -> Result<(), Error> {
-    let output = plan.recipe.output.as_path();
-    metrics::write(
-        output,
-        &MetricsFile {
-            recipe: plan.label.clone(),
-            policy: policy.to_string(),
-            backend: format!(
-                "{} {}",
-                plan.recipe.backend.name,
-                plan.recipe.backend.describe_devices()
-            ),
-            total_steps: plan.total_steps,
-            steps: rows.to_vec(),
-            eval: evals.to_vec(),
-        },
-    )?;
-    plot::write(output, rows, evals, title)
-}
-
-/// Mean loss and accuracy of `model` over the held-out split (`step` is left at 0 for the
-/// caller to set).
-pub(crate) fn evaluate<B: Backend>(
-    model: &Model<B>,
-    data: &Dataset,
-    batch_size: usize,
-    device: &B::Device,
-) -> Result<EvalRow, Error> {
-    let mut loss_sum = 0.0f64;
-    let mut correct = 0i64;
-    let mut predictions = 0usize;
-    let mut finite = true;
-    // Evaluation holds no graph, so larger batches are cheap.
-    for items in data.eval_batches(batch_size.max(256)) {
-        let batch = data.batch::<B>(true, &items, device);
-        let n = batch.len;
-        let out = model.forward(batch)?;
-        let loss: f32 = out.loss.into_scalar().elem();
-        finite &= loss.is_finite();
-        loss_sum += f64::from(loss) * n as f64;
-        if let Some(c) = out.correct {
-            correct += c.into_scalar().elem::<i64>();
-        }
-        predictions += n;
-    }
-    Ok(EvalRow {
-        step: 0,
-        loss: (finite && predictions > 0).then(|| (loss_sum / predictions as f64) as f32),
-        accuracy: (data.has_accuracy() && predictions > 0)
-            .then(|| correct as f32 / predictions as f32),
-        predictions,
-    })
-}
-
-fn progress_bar(options: &TrainOptions, start: u64, total: u64) -> ProgressBar {
-    if !options.progress || !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new(total).with_position(start);
-    if let Ok(style) = ProgressStyle::with_template(
-        "[{elapsed_precise}] {wide_bar} {pos}/{len} ({eta} left) {msg}",
-    ) {
-        bar.set_style(style);
-    }
-    bar
-}
-
-fn fmt_opt(value: Option<f32>, digits: usize) -> String {
-    value.map_or("-".to_string(), |v| format!("{v:.digits$}"))
-}
-
-fn progress_message(row: &StepRow) -> String {
-    format!(
-        "loss {} acc {} scale {} skipped {}",
-        fmt_opt(row.loss, 4),
-        fmt_opt(row.accuracy, 3),
-        row.loss_scale,
-        row.skipped_total
-    )
-}
-
-fn checkpoint_line(step: u64, total: u64, rows: &[StepRow], eval: Option<&EvalRow>) -> String {
-    let last = rows.last();
-    format!(
-        "step {step}/{total}: loss {}, held-out loss {}, held-out accuracy {}, loss scale {}, skipped {} (checkpoint written)",
-        fmt_opt(last.and_then(|r| r.loss), 4),
-        fmt_opt(eval.and_then(|e| e.loss), 4),
-        fmt_opt(eval.and_then(|e| e.accuracy), 3),
-        last.map_or(1.0, |r| r.loss_scale),
-        last.map_or(0, |r| r.skipped_total),
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use burn::backend::Flex;
-
-    use crate::Recipe;
-    use crate::data::Dataset;
-    use crate::models::Model;
-
-    #[test]
-    fn an_untrained_model_is_evaluated_on_the_held_out_split() -> Result<(), crate::Error> {
-        let recipe = Recipe::example();
-        let data =
-            Dataset::load(&recipe.dataset, &recipe.model, 0, std::path::Path::new("")).unwrap();
-        let device = Default::default();
-        let model = Model::<Flex>::init_seeded(&recipe.model, data.dims(), 0, &device);
-        let eval = super::evaluate(&model, &data, 16, &device)?;
-        assert_eq!(eval.predictions, 30);
-        assert!(eval.loss.unwrap() > 0.5); // untrained: about ln 3
-        Ok(())
-    }
 }
