@@ -27,6 +27,7 @@
 
 mod dataset;
 pub(crate) mod document;
+mod errors;
 pub mod loss_scale;
 mod model;
 mod optimizer;
@@ -505,24 +506,20 @@ impl Recipe {
     /// ```
     /// use burn_mpric_train::Recipe;
     ///
+    /// // A syntax error names the field of its line, and a line that works.
     /// let err = Recipe::from_toml_str("steps = [", "bad.toml", &[]).unwrap_err();
-    /// assert!(err.to_string().starts_with("bad.toml: TOML syntax error at line 1"), "{err}");
+    /// assert!(err.to_string().starts_with("bad.toml: steps: TOML syntax error at line 1"), "{err}");
+    /// assert!(err.to_string().ends_with("e.g. steps = 300"), "{err}");
     /// assert_eq!(err.exit_code(), 2);
+    /// // A value of the wrong type: the field, what it accepts, an example.
+    /// let err = Recipe::from_toml_str("model = \"x\"", "bad.toml", &[]).unwrap_err();
+    /// assert_eq!(err.to_string(), "bad.toml: model: expected a [model] table with `kind` \
+    ///     (`mlp`, `conv` or `transformer_lm`) and the model's sizes, got the text \"x\"; \
+    ///     e.g. kind = \"mlp\" under [model]");
     /// ```
     pub fn from_toml_str(text: &str, label: &str, overrides: &[String]) -> Result<Self, Error> {
-        let table: toml::Table = toml::from_str(text).map_err(|err| {
-            let message = err.message().replace('\n', " ");
-            let position = err
-                .span()
-                .map(|span| {
-                    let before = &text[..span.start.min(text.len())];
-                    let line = before.matches('\n').count() + 1;
-                    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
-                    format!("line {line}, column {column}: ")
-                })
-                .unwrap_or_default();
-            RecipeError::new("", format!("TOML syntax error at {position}{message}")).in_file(label)
-        })?;
+        let table: toml::Table = toml::from_str(text)
+            .map_err(|err| errors::toml_syntax_error(text, &err).in_file(label))?;
         let value = crate::recipe::document::from_toml(toml::Value::Table(table), "")
             .map_err(|err| err.in_file(label))?;
         Self::from_value(value, label, overrides)
@@ -536,7 +533,7 @@ impl Recipe {
     /// let json = serde_json::to_string(&Recipe::example()).unwrap();
     /// assert_eq!(Recipe::from_json_str(&json, "r.json", &[]).unwrap(), Recipe::example());
     /// let err = Recipe::from_json_str(&json, "r.json", &["seed=-1".into()]).unwrap_err();
-    /// assert!(err.to_string().starts_with("r.json: seed: invalid value"), "{err}");
+    /// assert_eq!(err.to_string(), "r.json: seed: expected a whole number, 0 or more, got `-1` (out of range); e.g. seed = 0");
     /// ```
     pub fn from_json_str(text: &str, label: &str, overrides: &[String]) -> Result<Self, Error> {
         let value: Value = serde_json::from_str(text).map_err(|err| {
@@ -563,7 +560,7 @@ impl Recipe {
         apply_overrides(&mut value, overrides)?;
         let recipe: Recipe = serde_path_to_error::deserialize(&value).map_err(|err| {
             tagged_table_error(&value, &err)
-                .unwrap_or_else(|| serde_error("", &err))
+                .unwrap_or_else(|| errors::describe_error(&value, "", None, &err))
                 .in_file(label)
         })?;
         recipe.validate().map_err(|err| err.in_file(label))?;
@@ -862,7 +859,6 @@ impl Recipe {
     }
 }
 
-/// Turns a deserialization error into a field error with a readable message.
 /// The error inside a tagged table (`[model]`, `[optimizer]`): serde reads such a table whole
 /// before it knows the kind, so its own error stops at the table; reading the table again as
 /// the kind's settings finds the field (`model.hidden[1]`, `optimizer.lr`).
@@ -873,61 +869,23 @@ fn tagged_table_error(
     let table = err.path().to_string();
     let mut fields = value.get(&table)?.as_object()?.clone();
     let kind = fields.remove("kind")?;
+    let kind = kind.as_str()?;
     let fields = Value::Object(fields);
-    fn settings<T: serde::de::DeserializeOwned>(table: &str, fields: Value) -> Option<RecipeError> {
-        serde_path_to_error::deserialize::<_, T>(fields)
+    fn settings<T: serde::de::DeserializeOwned>(
+        table: &str,
+        kind: &str,
+        fields: Value,
+    ) -> Option<RecipeError> {
+        serde_path_to_error::deserialize::<_, T>(&fields)
             .err()
-            .map(|err| serde_error(table, &err))
+            .map(|err| errors::describe_error(&fields, table, Some(kind), &err))
     }
-    match (table.as_str(), kind.as_str()?) {
-        ("model", "mlp") => settings::<MlpConfig>(&table, fields),
-        ("model", "conv") => settings::<ConvConfig>(&table, fields),
-        ("model", "transformer_lm") => settings::<TransformerLmConfig>(&table, fields),
-        ("optimizer", "adam" | "adamw") => settings::<AdamSettings>(&table, fields),
-        ("optimizer", "sgd") => settings::<SgdSettings>(&table, fields),
+    match (table.as_str(), kind) {
+        ("model", "mlp") => settings::<MlpConfig>(&table, kind, fields),
+        ("model", "conv") => settings::<ConvConfig>(&table, kind, fields),
+        ("model", "transformer_lm") => settings::<TransformerLmConfig>(&table, kind, fields),
+        ("optimizer", "adam" | "adamw") => settings::<AdamSettings>(&table, kind, fields),
+        ("optimizer", "sgd") => settings::<SgdSettings>(&table, kind, fields),
         _ => None,
     }
-}
-
-/// A deserialization error as a field error; `prefix` is the table the error's path is in.
-fn serde_error(prefix: &str, err: &serde_path_to_error::Error<serde_json::Error>) -> RecipeError {
-    let path = err.path().to_string();
-    let path = match (prefix, path.as_str()) {
-        (_, ".") => prefix.to_string(),
-        ("", _) => path,
-        (_, inner) if inner.starts_with('[') => format!("{prefix}{inner}"),
-        (_, inner) => format!("{prefix}.{inner}"),
-    };
-    let message = err.inner().to_string();
-    let join = |field: &str| {
-        if path.is_empty() {
-            field.to_string()
-        } else {
-            format!("{path}.{field}")
-        }
-    };
-    if let Some(rest) = message.strip_prefix("missing field `") {
-        let field = rest.split('`').next().unwrap_or_default();
-        return RecipeError::new(join(field), "missing; this field is required");
-    }
-    if let Some(rest) = message.strip_prefix("unknown field `") {
-        let field = rest.split('`').next().unwrap_or_default();
-        let accepted = rest
-            .split_once(", expected ")
-            .map(|(_, expected)| expected.replace("one of ", ""))
-            .unwrap_or_default();
-        // The path may already end with the unknown key.
-        let full = if path == field || path.ends_with(&format!(".{field}")) {
-            path.clone()
-        } else {
-            join(field)
-        };
-        return RecipeError::new(full, format!("unknown field; accepted fields: {accepted}"));
-    }
-    let field = if path.is_empty() {
-        "recipe".to_string()
-    } else {
-        path
-    };
-    RecipeError::new(field, message.replace('\n', " "))
 }
