@@ -13,6 +13,7 @@ use crate::infer::export::{export, sidecar_path};
 use crate::infer::predict::{Sampling, generate, predict};
 use crate::infer::{Trained, parse_policy};
 use crate::plan::Plan;
+use crate::schema::OutputKind;
 
 /// `mpric evaluate`.
 #[derive(Debug, Args)]
@@ -84,6 +85,11 @@ pub(crate) struct PredictArgs {
     /// Convert and resize images of another size or channel count as training did.
     #[arg(long)]
     pub(crate) resize: bool,
+    /// Give every class's probability instead of the most probable class: one column per
+    /// class, named by its label, in the order the checkpoint (and an export's sidecar)
+    /// lists the classes; each row's probabilities sum to 1. For classifiers with --data.
+    #[arg(long)]
+    pub(crate) probabilities: bool,
     /// The output format.
     #[arg(long, value_enum, default_value = "csv")]
     pub(crate) format: Format,
@@ -159,8 +165,21 @@ pub(crate) fn run_evaluate(args: &EvaluateArgs) -> Result<String, Error> {
 /// Runs `mpric predict`; returns what goes to stdout (nothing when --out is given).
 pub(crate) fn run_predict(args: &PredictArgs) -> Result<String, Error> {
     let policy = parse_policy(args.policy.as_deref())?;
+    if args.probabilities && args.prompt.is_some() {
+        return Err(Error::Usage(
+            "--probabilities gives the class probabilities of --data rows or images; --prompt generates text, leave --probabilities out".into(),
+        ));
+    }
     let plan = Plan::load(&args.recipe, &args.set)?;
     let trained = Trained::open(&plan, args.checkpoint.as_deref())?;
+    // Refused before the model runs: a regression model has no classes.
+    if args.probabilities
+        && let OutputKind::Value { target } = &trained.schema.outputs
+    {
+        return Err(Error::Input(format!(
+            "--probabilities: the model predicts `{target}`, a value, not classes; leave --probabilities out"
+        )));
+    }
     let text = match (&args.prompt, &args.data) {
         (Some(prompt), _) => {
             let sampling = if args.sample {
@@ -186,9 +205,11 @@ pub(crate) fn run_predict(args: &PredictArgs) -> Result<String, Error> {
             if let Some(note) = &found.note {
                 eprintln!("note: {note}");
             }
-            match args.format {
-                Format::Csv => found.csv()?,
-                Format::Json => found.json()?,
+            match (args.format, args.probabilities) {
+                (Format::Csv, false) => found.csv()?,
+                (Format::Json, false) => found.json()?,
+                (Format::Csv, true) => found.probabilities_csv()?,
+                (Format::Json, true) => found.probabilities_json()?,
             }
         }
         (None, None) => return Err(Error::Usage("give --data FILE, or --prompt TEXT".into())),

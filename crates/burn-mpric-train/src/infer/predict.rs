@@ -1,6 +1,7 @@
 //! `mpric predict`: a trained model's answers for new inputs: a class label and its
-//! probability, or a value in the target's own units, per CSV row or image file; text
-//! generated from a prompt for the character model.
+//! probability (or, with `--probabilities`, every class's probability), or a value in the
+//! target's own units, per CSV row or image file; text generated from a prompt for the
+//! character model.
 
 use std::path::Path;
 
@@ -23,8 +24,10 @@ use crate::schema::{InputKind, OutputKind};
 /// ```
 /// use burn_mpric_train::infer::predict::Prediction;
 ///
-/// let p = Prediction { input: "2".into(), label: Some("ok".into()), probability: Some(0.75), value: None };
+/// let p = Prediction { input: "2".into(), label: Some("ok".into()), probability: Some(0.75),
+///     probabilities: vec![0.25, 0.75], value: None };
 /// assert_eq!(p.csv_fields(), vec!["2", "ok", "0.75"]);
+/// assert_eq!(p.probability_fields(), vec!["2", "0.25", "0.75"]);
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Prediction {
@@ -36,6 +39,10 @@ pub struct Prediction {
     /// Its probability (softmax of the logits).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probability: Option<f32>,
+    /// Every class's probability (softmax of the logits), in the order of the classes the
+    /// checkpoint's schema names ([`Predictions::classes`]); empty for regression.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub probabilities: Vec<f32>,
     /// The predicted value in the target's own units (regression).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<f64>,
@@ -54,6 +61,21 @@ impl Prediction {
             _ => {}
         }
         fields
+    }
+
+    /// The fields of its `--probabilities` CSV row: input, then each class's probability.
+    ///
+    /// ```
+    /// use burn_mpric_train::infer::predict::Prediction;
+    ///
+    /// let p = Prediction { input: "a.png".into(), label: Some("b".into()), probability: Some(0.5),
+    ///     probabilities: vec![0.5, 0.5], value: None };
+    /// assert_eq!(p.probability_fields(), vec!["a.png", "0.5", "0.5"]);
+    /// ```
+    pub fn probability_fields(&self) -> Vec<String> {
+        std::iter::once(self.input.clone())
+            .chain(self.probabilities.iter().map(f32::to_string))
+            .collect()
     }
 }
 
@@ -106,6 +128,7 @@ pub fn predict(
                         input: name.clone(),
                         label: names.get(class).cloned(),
                         probability: Some(p),
+                        probabilities: softmax(logits),
                         value: None,
                     }
                 })
@@ -121,6 +144,7 @@ pub fn predict(
                         input: name.clone(),
                         label: None,
                         probability: None,
+                        probabilities: Vec::new(),
                         value: scaling.map(|s| s.target_out(out[0])),
                     })
                     .collect(),
@@ -128,8 +152,13 @@ pub fn predict(
         }
         OutputKind::NextCharacter => unreachable!("text was refused above"),
     };
+    let classes = match &schema.outputs {
+        OutputKind::Classes { names, .. } => names.clone(),
+        _ => Vec::new(),
+    };
     Ok(Predictions {
         header,
+        classes,
         predictions,
         note: read.note,
         policy: resolved,
@@ -141,6 +170,10 @@ pub fn predict(
 pub struct Predictions {
     /// The CSV header: the input's column, then the target's (and `probability`).
     pub header: Vec<String>,
+    /// The class labels, in the order the checkpoint's schema (the sidecar of an export)
+    /// gives them, which is the order of every [`Prediction::probabilities`]; empty for
+    /// regression.
+    pub classes: Vec<String>,
     /// One per input.
     pub predictions: Vec<Prediction>,
     /// What the file held that the model does not read.
@@ -155,10 +188,13 @@ impl Predictions {
     /// ```
     /// use burn_mpric_train::infer::predict::{Prediction, Predictions};
     ///
-    /// let p = Predictions { header: vec!["line".into(), "price".into()], note: None,
-    ///     policy: "f32".parse().unwrap(),
-    ///     predictions: vec![Prediction { input: "2".into(), label: None, probability: None, value: Some(1.5) }] };
+    /// let p = Predictions { header: vec!["line".into(), "price".into()], classes: vec![],
+    ///     note: None, policy: "f32".parse().unwrap(),
+    ///     predictions: vec![Prediction { input: "2".into(), label: None, probability: None,
+    ///         probabilities: vec![], value: Some(1.5) }] };
     /// assert_eq!(p.csv()?, "line,price\n2,1.5\n");
+    /// // A regression model has no classes to give probabilities of.
+    /// assert!(p.probabilities_csv().unwrap_err().to_string().starts_with("--probabilities: "));
     /// # Ok::<(), burn_mpric_train::Error>(())
     /// ```
     pub fn csv(&self) -> Result<String, Error> {
@@ -172,6 +208,97 @@ impl Predictions {
             .into_inner()
             .map_err(|e| Error::Internal(format!("writing CSV: {e}")))?;
         String::from_utf8(bytes).map_err(|e| Error::Internal(e.to_string()))
+    }
+
+    /// Every class's probability as CSV: a header of the input's column and the classes (in
+    /// [`classes`](Self::classes) order), then one row per input whose probabilities sum
+    /// to 1. An error for a model without classes (regression).
+    ///
+    /// ```
+    /// use burn_mpric_train::infer::predict::{Prediction, Predictions};
+    ///
+    /// let p = Predictions { header: vec!["line".into(), "species".into(), "probability".into()],
+    ///     classes: vec!["setosa".into(), "virginica".into()], note: None,
+    ///     policy: "f32".parse().unwrap(),
+    ///     predictions: vec![Prediction { input: "2".into(), label: Some("virginica".into()),
+    ///         probability: Some(0.75), probabilities: vec![0.25, 0.75], value: None }] };
+    /// assert_eq!(p.probabilities_csv()?, "line,setosa,virginica\n2,0.25,0.75\n");
+    /// # Ok::<(), burn_mpric_train::Error>(())
+    /// ```
+    pub fn probabilities_csv(&self) -> Result<String, Error> {
+        self.check_classes()?;
+        let mut writer = csv::Writer::from_writer(Vec::new());
+        let fail = |e: csv::Error| Error::Internal(format!("writing CSV: {e}"));
+        let header = std::iter::once(&self.header[0]).chain(&self.classes);
+        writer.write_record(header).map_err(fail)?;
+        for p in &self.predictions {
+            writer.write_record(p.probability_fields()).map_err(fail)?;
+        }
+        let bytes = writer
+            .into_inner()
+            .map_err(|e| Error::Internal(format!("writing CSV: {e}")))?;
+        String::from_utf8(bytes).map_err(|e| Error::Internal(e.to_string()))
+    }
+
+    /// Every class's probability as JSON: an array of objects, each with the input and a
+    /// `probabilities` object whose keys are the classes, written in
+    /// [`classes`](Self::classes) order (a class may share the input column's name, so the
+    /// classes get an object of their own).
+    ///
+    /// ```
+    /// use burn_mpric_train::infer::predict::{Prediction, Predictions};
+    ///
+    /// let p = Predictions { header: vec!["file".into(), "class folder".into(), "probability".into()],
+    ///     classes: vec!["square".into(), "circle".into()], note: None,
+    ///     policy: "f32".parse().unwrap(),
+    ///     predictions: vec![Prediction { input: "a.png".into(), label: Some("square".into()),
+    ///         probability: Some(0.5), probabilities: vec![0.5, 0.5], value: None }] };
+    /// let json = p.probabilities_json()?;
+    /// assert!(json.find("square").unwrap() < json.find("circle").unwrap());
+    /// let rows: serde_json::Value = serde_json::from_str(&json).unwrap();
+    /// assert_eq!(rows[0]["file"], "a.png");
+    /// assert_eq!(rows[0]["probabilities"]["circle"], 0.5);
+    /// # Ok::<(), burn_mpric_train::Error>(())
+    /// ```
+    pub fn probabilities_json(&self) -> Result<String, Error> {
+        self.check_classes()?;
+        let quote = |text: &str| serde_json::to_string(text).unwrap_or_default();
+        // Written by hand: serde_json's objects sort their keys, and the classes keep the
+        // schema's order.
+        let rows: Vec<String> = self
+            .predictions
+            .iter()
+            .map(|p| {
+                let classes: Vec<String> = self
+                    .classes
+                    .iter()
+                    .zip(&p.probabilities)
+                    .map(|(class, prob)| format!("      {}: {prob}", quote(class)))
+                    .collect();
+                format!(
+                    "  {{\n    {}: {},\n    \"probabilities\": {{\n{}\n    }}\n  }}",
+                    quote(&self.header[0]),
+                    quote(&p.input),
+                    classes.join(",\n")
+                )
+            })
+            .collect();
+        Ok(if rows.is_empty() {
+            "[]\n".to_string()
+        } else {
+            format!("[\n{}\n]\n", rows.join(",\n"))
+        })
+    }
+
+    /// Refuses `--probabilities` for a model without classes.
+    fn check_classes(&self) -> Result<(), Error> {
+        if self.classes.is_empty() {
+            let target = self.header.get(1).map_or("a value", String::as_str);
+            return Err(Error::Input(format!(
+                "--probabilities: the model predicts `{target}`, a value, not classes; leave --probabilities out"
+            )));
+        }
+        Ok(())
     }
 
     /// As JSON: an array of objects named by the header.
@@ -208,6 +335,14 @@ fn most_probable(logits: &[f32]) -> (usize, f32) {
         });
     let sum: f64 = logits.iter().map(|v| f64::from(v - max).exp()).sum();
     (best, (1.0 / sum) as f32)
+}
+
+/// The softmax of `logits`, computed in f64 so that each row sums to 1 up to f32 rounding.
+fn softmax(logits: &[f32]) -> Vec<f32> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let exps: Vec<f64> = logits.iter().map(|v| f64::from(v - max).exp()).collect();
+    let sum: f64 = exps.iter().sum();
+    exps.iter().map(|e| (e / sum) as f32).collect()
 }
 
 /// The model's outputs for every held-out example of `data`, one row each.
@@ -397,4 +532,26 @@ fn sample(logits: &[f32], temperature: f64, rng: &mut Rng) -> usize {
         draw -= w;
     }
     weights.len() - 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{most_probable, softmax};
+
+    #[test]
+    fn softmax_sums_to_one_and_peaks_where_the_label_does() {
+        for logits in [
+            vec![0.0f32, 1.0, -2.0],
+            vec![80.0, 80.5, -80.0, 3.0],
+            vec![-1e4, 0.0],
+            vec![5.0],
+        ] {
+            let p = softmax(&logits);
+            let sum: f64 = p.iter().map(|v| f64::from(*v)).sum();
+            assert!((sum - 1.0).abs() < 1e-6, "{logits:?}: {p:?}");
+            let (best, top) = most_probable(&logits);
+            assert_eq!(p[best], top, "{logits:?}");
+            assert!(p.iter().all(|v| *v <= top));
+        }
+    }
 }

@@ -637,3 +637,119 @@ fn csv_rows(text: &str) -> Vec<Vec<String>> {
         .map(|r| r.unwrap().iter().map(str::to_string).collect())
         .collect()
 }
+
+#[test]
+fn predict_probabilities_give_every_class_in_the_sidecars_order() {
+    let dir = fresh_dir("after-probabilities");
+    let recipe = pumps();
+    let r = recipe.to_str().unwrap();
+    let sets = trained(&dir, &recipe, "out", &["steps=40"]);
+    let data = recipes().join("data/pumps.csv");
+    let data = data.to_str().unwrap();
+
+    // The class order the run saved: the export's sidecar lists the labels.
+    let to = dir.join("model.safetensors");
+    after(
+        &dir,
+        "export",
+        &recipe,
+        &["--to", to.to_str().unwrap()],
+        &sets,
+    );
+    let sidecar: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("model.json")).unwrap()).unwrap();
+    let classes: Vec<String> = sidecar["schema"]["outputs"]["classes"]["names"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(classes, ["faulty", "ok", "worn"]);
+
+    let plain = csv_rows(&after(&dir, "predict", &recipe, &["--data", data], &sets));
+    let table = csv_rows(&after(
+        &dir,
+        "predict",
+        &recipe,
+        &["--data", data, "--probabilities"],
+        &sets,
+    ));
+    // A column per class, named by its label, in the sidecar's order.
+    let mut header = vec!["line".to_string()];
+    header.extend(classes.iter().cloned());
+    assert_eq!(table[0], header);
+    assert_eq!(table.len(), plain.len());
+    assert_eq!(table.len(), 301);
+    for (row, plain) in table[1..].iter().zip(&plain[1..]) {
+        assert_eq!(row[0], plain[0], "the same input on the same row");
+        let p: Vec<f64> = row[1..].iter().map(|v| v.parse().unwrap()).collect();
+        assert_eq!(p.len(), classes.len());
+        assert!(p.iter().all(|v| (0.0..=1.0).contains(v)), "{row:?}");
+        let sum: f64 = p.iter().sum();
+        assert!((sum - 1.0).abs() < 1e-5, "{row:?} sums to {sum}");
+        // The most probable column is the class plain predict gives, at its probability.
+        let best = (0..p.len()).fold(0, |b, i| if p[i] > p[b] { i } else { b });
+        assert_eq!(classes[best], plain[1], "{row:?} vs {plain:?}");
+        assert_eq!(row[1 + best], plain[2]);
+    }
+
+    // JSON: the same numbers, the classes in the same order, to a file.
+    let file = dir.join("p.json");
+    let f = file.to_str().unwrap();
+    let args = [
+        "--data",
+        data,
+        "--probabilities",
+        "--format",
+        "json",
+        "--out",
+        f,
+    ];
+    assert_eq!(after(&dir, "predict", &recipe, &args, &sets), "");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let rows: Vec<Value> = serde_json::from_str(&text).unwrap();
+    assert_eq!(rows.len(), 300);
+    assert_eq!(rows[0]["line"], table[1][0].as_str());
+    for (i, class) in classes.iter().enumerate() {
+        let value = rows[0]["probabilities"][class].as_f64().unwrap();
+        assert_eq!(value as f32, table[1][1 + i].parse::<f32>().unwrap());
+    }
+    let positions: Vec<usize> = classes
+        .iter()
+        .map(|c| text.find(&format!("\"{c}\":")).unwrap())
+        .collect();
+    assert!(positions.is_sorted(), "classes out of order in {text}");
+
+    // A regression model has no classes, and the character model generates text: refused
+    // in one line, and nothing written.
+    let diabetes = write_recipe(
+        &dir,
+        "diabetes.toml",
+        "batch_size = 32\nsteps = 5\noutput = \"reg\"\n[model]\nkind = \"mlp\"\nhidden = [8]\n[dataset]\nname = \"diabetes\"\n[optimizer]\nkind = \"adam\"\nlr = 0.01\n",
+    );
+    run_ok(&dir, &["train", diabetes.to_str().unwrap(), "-q"]);
+    let values = dir.join("values.csv");
+    // Refused before the file is read.
+    std::fs::write(&values, "a,b\n1,2\n").unwrap();
+    let unwritten = dir.join("never.csv");
+    let d = diabetes.to_str().unwrap();
+    refused(
+        &dir,
+        &[
+            "predict",
+            d,
+            "--data",
+            values.to_str().unwrap(),
+            "--probabilities",
+            "--out",
+            unwritten.to_str().unwrap(),
+        ],
+        &["--probabilities", "`progression`", "not classes"],
+    );
+    assert!(!unwritten.exists());
+    refused(
+        &dir,
+        &["predict", r, "--prompt", "The ", "--probabilities"],
+        &["--probabilities", "--prompt"],
+    );
+}
