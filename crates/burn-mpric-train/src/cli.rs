@@ -50,7 +50,8 @@ pub(crate) enum Command {
     /// evaluation.json; --policy runs it at another precision.
     Evaluate(after_training::EvaluateArgs),
     /// A trained model's predictions for new inputs: a CSV file, an image or a folder of
-    /// images (--data), or text from a prompt (--prompt); CSV or JSON to stdout or --out.
+    /// images (--data), or text from a prompt (--prompt); CSV or JSON to stdout or --out;
+    /// --probabilities gives every class's probability instead of the most probable class.
     Predict(after_training::PredictArgs),
     /// Write a trained model's weights as safetensors (f32, f16 or bf16) with a JSON
     /// sidecar: the recipe, the forward pass, labels and standardization.
