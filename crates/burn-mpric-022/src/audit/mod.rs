@@ -442,28 +442,26 @@ mod tests {
     /// at f16 finds the loss itself not finite at every step.
     #[test]
     fn a_verdict_the_trial_contradicts_says_so_next_to_it() {
-        let mut report = AuditReport::new(
-            2,
-            "p=f32,c=f16,o=f32",
-            "p=f32,c=bf16,o=f32",
-            262144.0,
-            vec![],
-            vec![],
-        );
-        report.verdicts = vec![Verdict::F16Safe {
+        let safe = Verdict::F16Safe {
             initial_scale: 262144.0,
             largest_exp: -20,
             flushed: 0.0,
             keeping_full: vec![],
-        }];
-        let mut trial = Trial::new("p=f32,c=f16,o=f32", 262144.0, 8);
-        for step in 0..8 {
-            let cause = SkipCause::LossNotFinite {
-                scale: 262144.0,
-                probe_scale: 1.0 / 256.0,
-            };
-            trial.record(step, true, None, Some(cause));
-        }
+        };
+        let audited = "p=f32,c=f16,o=f32";
+        let report = AuditReport {
+            verdicts: vec![safe],
+            ..AuditReport::new(2, audited, "p=f32,c=bf16,o=f32", 262144.0, vec![], vec![])
+        };
+        let cause = SkipCause::LossNotFinite {
+            scale: 262144.0,
+            probe_scale: 1.0 / 256.0,
+        };
+        let trial = Trial {
+            skipped: (0..8).collect(),
+            cause: Some(cause),
+            ..Trial::new(audited, 262144.0, 8)
+        };
         let found = ModelAudit {
             report,
             trial,

@@ -433,7 +433,18 @@ impl Verdict {
             return None;
         }
         let late = trial.skipped.iter().filter(|&&s| s >= GRACE_STEPS).count();
-        let mut note = String::from("but the trial below did not train");
+        let mut note = String::from("but the trial below");
+        // A trial from another scale than the one proposed tried the recipe, not the verdict.
+        if let Verdict::F16Safe { initial_scale, .. } = self
+            && *initial_scale != trial.initial_scale
+        {
+            note.push_str(&format!(
+                ", from a loss scale of {} rather than this {},",
+                crate::scale::cause::power(trial.initial_scale),
+                crate::scale::cause::power(*initial_scale)
+            ));
+        }
+        note.push_str(" did not train");
         if late > 0 {
             note.push_str(&format!(
                 ": {late} of its {} steps skipped after the first {GRACE_STEPS}",
@@ -539,7 +550,7 @@ mod tests {
         Trial {
             skipped: vec![0, 1, 2, 5],
             overflow: Some(Overflow::new(vec!["fc.weight".into()])),
-            ..Trial::new(policy, 65536.0, 8)
+            ..Trial::new(policy, 262144.0, 8)
         }
     }
 
@@ -573,6 +584,24 @@ mod tests {
             warning.contradiction(&at_f16),
             None,
             "a warning is confirmed, not contradicted"
+        );
+    }
+
+    #[test]
+    fn a_trial_from_another_scale_says_which() {
+        let f16 = Verdict::F16Safe {
+            initial_scale: 65536.0,
+            largest_exp: -2,
+            flushed: 0.0,
+            keeping_full: vec![],
+        };
+        let trial = Trial {
+            initial_scale: 2f32.powi(40),
+            ..failed("p=f32,c=f16,o=f32")
+        };
+        assert_eq!(
+            f16.contradiction(&trial).unwrap(),
+            "but the trial below, from a loss scale of 2^40 rather than this 2^16, did not train: 2 of its 8 steps skipped after the first 2 (the gradients overflowed)"
         );
     }
 

@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use burn_mpric::audit::{
-    BF16_MAX, F16_MAX, F16_MIN_NORMAL_EXP, F16_MIN_SUBNORMAL_EXP, Magnitudes, Phase,
+    BF16_MAX, F16_MAX, F16_MIN_NORMAL_EXP, F16_MIN_SUBNORMAL_EXP, Magnitudes, Phase, remedy_summary,
 };
 
 use super::RecipeAudit;
@@ -144,7 +144,8 @@ pub fn table(found: &RecipeAudit) -> String {
     let _ = writeln!(o);
     let _ = writeln!(o, "verdicts:");
     for (i, (verdict, sets)) in r.verdicts.iter().zip(&found.fixes).enumerate() {
-        let _ = writeln!(o, "  {}. {verdict}", i + 1);
+        // A verdict the trial below contradicts says so on its own line.
+        let _ = writeln!(o, "  {}. {}", i + 1, verdict.line_with(&found.trial));
         if !sets.is_empty() {
             let args: Vec<String> = sets
                 .iter()
@@ -166,14 +167,8 @@ pub fn table(found: &RecipeAudit) -> String {
     for spot in &found.hot_spots {
         let _ = writeln!(o, "hot spot: {spot}");
     }
-    if found.trial.trains() {
-        let _ = writeln!(o, "no remedy needed");
-    } else if found
-        .remedies
-        .iter()
-        .all(|r| !r.tried.as_ref().is_some_and(|t| t.trains()))
-    {
-        let _ = writeln!(o, "no remedy the audit could run trained without skips");
+    if let Some(summary) = remedy_summary(&found.trial, &found.remedies) {
+        let _ = writeln!(o, "{summary}");
     }
     for remedy in &found.remedies {
         let args: Vec<String> = remedy
@@ -188,14 +183,8 @@ pub fn table(found: &RecipeAudit) -> String {
             found.recipe,
             args.join(" ")
         );
-        match &remedy.tried {
-            Some(trial) if trial.trains() => {
-                let _ = writeln!(o, "     checked: {trial}");
-            }
-            Some(trial) => {
-                let _ = writeln!(o, "     tried, did not train: {trial}");
-            }
-            None => {}
+        if let Some(line) = remedy.trial_line() {
+            let _ = writeln!(o, "     {line}");
         }
     }
     o
@@ -207,5 +196,74 @@ fn quoted(arg: &str) -> String {
         format!("'{arg}'")
     } else {
         arg.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn_mpric::audit::{AuditReport, Trial, Verdict};
+
+    use super::*;
+
+    /// A report whose first verdict calls f16 safe at 2^18 above a trial at f16 that skipped
+    /// every step (the loss itself not finite, as an overflow inside a library module shows).
+    fn contradicted() -> RecipeAudit {
+        let mut report = AuditReport::new(
+            2,
+            "p=f32,c=f16,o=f32",
+            "p=f32,c=bf16,o=f32",
+            262144.0,
+            vec![],
+            vec![],
+        );
+        report.verdicts = vec![Verdict::F16Safe {
+            initial_scale: 262144.0,
+            largest_exp: -20,
+            flushed: 0.0,
+            keeping_full: vec![],
+        }];
+        let mut trial = Trial::new("p=f32,c=f16,o=f32", 262144.0, 8);
+        let cause = burn_mpric::scale::SkipCause::LossNotFinite {
+            scale: 262144.0,
+            probe_scale: 1.0 / 256.0,
+        };
+        for step in 0..8 {
+            trial.record(step, true, None, Some(cause.clone()));
+        }
+        RecipeAudit {
+            recipe: "r.toml".into(),
+            backend: "flex cpu".into(),
+            report,
+            fixes: vec![vec![]],
+            trial,
+            hot_spots: vec![],
+            remedies: vec![],
+        }
+    }
+
+    #[test]
+    fn a_verdict_the_trial_contradicts_says_so() {
+        let text = table(&contradicted());
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("  1. "))
+            .expect("the verdict's line");
+        assert_eq!(
+            line,
+            "  1. f16 is safe with an initial scale of 2^18: the largest gradient then reaches 2^-2 (f16 ends at 2^15) and 0.00% of the gradient values flush to zero — but the trial below did not train: 6 of its 8 steps skipped after the first 2 (the loss itself was not finite)"
+        );
+        assert!(
+            text.contains("\nno remedy the audit could run trained without skips\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_verdict_the_trial_confirms_is_left_alone() {
+        let mut found = contradicted();
+        found.trial = Trial::new("p=f32,c=f16,o=f32", 262144.0, 8);
+        let text = table(&found);
+        assert!(!text.contains("but the trial below"), "{text}");
+        assert!(text.contains("\nno remedy needed\n"), "{text}");
     }
 }

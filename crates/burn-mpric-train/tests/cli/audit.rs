@@ -313,22 +313,42 @@ fn a_failing_recipe_gets_remedies_that_were_run() {
     );
     assert!(text.contains("a range problem"), "{text}");
     assert!(text.contains("     checked: "), "{text}");
+    // The verdict that calls f16 safe stands above a trial at f16 (from the recipe's scale)
+    // that failed: its line says so; the bf16 verdicts are not what the trial tried.
+    let safe = text
+        .lines()
+        .find(|l| l.contains("f16 is safe with an initial scale of"))
+        .expect("an f16-safe verdict");
+    assert!(
+        safe.contains(" — but the trial below, from a loss scale of 2^40 rather than this 2^")
+            && safe.contains(", did not train: ")
+            && safe.ends_with("steps skipped after the first 2 (the gradients overflowed)"),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .filter(|l| l.contains("but the trial below"))
+            .all(|l| l.contains("f16 is safe")),
+        "{text}"
+    );
 
     let sane = audit_json(&dir, quickstart, &["--set", "policy=mixed_f16"]);
     assert!(sane["remedies"].as_array().unwrap().is_empty(), "{sane}");
+    let sane_text = run_ok(
+        &dir,
+        &[
+            "audit",
+            quickstart,
+            "--set",
+            "policy=mixed_f16",
+            "--set",
+            "output=out",
+        ],
+    );
+    assert!(sane_text.contains("no remedy needed"), "{sane_text}");
     assert!(
-        run_ok(
-            &dir,
-            &[
-                "audit",
-                quickstart,
-                "--set",
-                "policy=mixed_f16",
-                "--set",
-                "output=out"
-            ]
-        )
-        .contains("no remedy needed")
+        !sane_text.contains("but the trial below"),
+        "a trial that trains contradicts no verdict: {sane_text}"
     );
     let out = run(
         &dir,
