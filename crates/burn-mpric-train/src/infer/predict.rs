@@ -198,16 +198,10 @@ impl Predictions {
     /// # Ok::<(), burn_mpric_train::Error>(())
     /// ```
     pub fn csv(&self) -> Result<String, Error> {
-        let mut writer = csv::Writer::from_writer(Vec::new());
-        let fail = |e: csv::Error| Error::Internal(format!("writing CSV: {e}"));
-        writer.write_record(&self.header).map_err(fail)?;
-        for p in &self.predictions {
-            writer.write_record(p.csv_fields()).map_err(fail)?;
-        }
-        let bytes = writer
-            .into_inner()
-            .map_err(|e| Error::Internal(format!("writing CSV: {e}")))?;
-        String::from_utf8(bytes).map_err(|e| Error::Internal(e.to_string()))
+        write_csv(
+            &self.header,
+            self.predictions.iter().map(Prediction::csv_fields),
+        )
     }
 
     /// Every class's probability as CSV: a header of the input's column and the classes (in
@@ -227,17 +221,13 @@ impl Predictions {
     /// ```
     pub fn probabilities_csv(&self) -> Result<String, Error> {
         self.check_classes()?;
-        let mut writer = csv::Writer::from_writer(Vec::new());
-        let fail = |e: csv::Error| Error::Internal(format!("writing CSV: {e}"));
-        let header = std::iter::once(&self.header[0]).chain(&self.classes);
-        writer.write_record(header).map_err(fail)?;
-        for p in &self.predictions {
-            writer.write_record(p.probability_fields()).map_err(fail)?;
-        }
-        let bytes = writer
-            .into_inner()
-            .map_err(|e| Error::Internal(format!("writing CSV: {e}")))?;
-        String::from_utf8(bytes).map_err(|e| Error::Internal(e.to_string()))
+        let header: Vec<&String> = std::iter::once(&self.header[0])
+            .chain(&self.classes)
+            .collect();
+        write_csv(
+            header,
+            self.predictions.iter().map(Prediction::probability_fields),
+        )
     }
 
     /// Every class's probability as JSON: an array of objects, each with the input and a
@@ -262,32 +252,18 @@ impl Predictions {
     /// ```
     pub fn probabilities_json(&self) -> Result<String, Error> {
         self.check_classes()?;
-        let quote = |text: &str| serde_json::to_string(text).unwrap_or_default();
-        // Written by hand: serde_json's objects sort their keys, and the classes keep the
-        // schema's order.
-        let rows: Vec<String> = self
+        let rows: Vec<ProbabilityRow> = self
             .predictions
             .iter()
-            .map(|p| {
-                let classes: Vec<String> = self
-                    .classes
-                    .iter()
-                    .zip(&p.probabilities)
-                    .map(|(class, prob)| format!("      {}: {prob}", quote(class)))
-                    .collect();
-                format!(
-                    "  {{\n    {}: {},\n    \"probabilities\": {{\n{}\n    }}\n  }}",
-                    quote(&self.header[0]),
-                    quote(&p.input),
-                    classes.join(",\n")
-                )
+            .map(|p| ProbabilityRow {
+                input: (&self.header[0], &p.input),
+                classes: &self.classes,
+                probabilities: &p.probabilities,
             })
             .collect();
-        Ok(if rows.is_empty() {
-            "[]\n".to_string()
-        } else {
-            format!("[\n{}\n]\n", rows.join(",\n"))
-        })
+        serde_json::to_string_pretty(&rows)
+            .map(|s| s + "\n")
+            .map_err(|e| Error::Internal(e.to_string()))
     }
 
     /// Refuses `--probabilities` for a model without classes.
@@ -323,6 +299,60 @@ impl Predictions {
             .map(|s| s + "\n")
             .map_err(|e| Error::Internal(e.to_string()))
     }
+}
+
+/// One row of `--probabilities --format json`: serialized as a map in the classes' order
+/// (a `serde_json::Value` object would sort its keys).
+struct ProbabilityRow<'a> {
+    /// The input column's name and this row's input.
+    input: (&'a String, &'a String),
+    classes: &'a [String],
+    probabilities: &'a [f32],
+}
+
+impl serde::Serialize for ProbabilityRow<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let classes = InOrder(self.classes.iter().zip(self.probabilities));
+        let mut map = serializer.serialize_map(Some(2))?;
+        map.serialize_entry(self.input.0, self.input.1)?;
+        map.serialize_entry("probabilities", &classes)?;
+        map.end()
+    }
+}
+
+/// The classes and their probabilities as a map that keeps the classes' order.
+struct InOrder<'a, I>(I)
+where
+    I: Iterator<Item = (&'a String, &'a f32)> + Clone;
+
+impl<'a, I> serde::Serialize for InOrder<'a, I>
+where
+    I: Iterator<Item = (&'a String, &'a f32)> + Clone,
+{
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.clone())
+    }
+}
+
+/// A header and rows as CSV text.
+fn write_csv<H, R>(header: H, rows: impl Iterator<Item = R>) -> Result<String, Error>
+where
+    H: IntoIterator,
+    H::Item: AsRef<[u8]>,
+    R: IntoIterator,
+    R::Item: AsRef<[u8]>,
+{
+    let fail = |e: csv::Error| Error::Internal(format!("writing CSV: {e}"));
+    let mut writer = csv::Writer::from_writer(Vec::new());
+    writer.write_record(header).map_err(fail)?;
+    for row in rows {
+        writer.write_record(row).map_err(fail)?;
+    }
+    let bytes = writer
+        .into_inner()
+        .map_err(|e| Error::Internal(format!("writing CSV: {e}")))?;
+    String::from_utf8(bytes).map_err(|e| Error::Internal(e.to_string()))
 }
 
 /// The most probable class and its softmax probability, in f64.
