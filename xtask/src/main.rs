@@ -75,7 +75,7 @@ fn check() -> Result<(), String> {
         // SAFETY: as below.
         unsafe { std::env::set_var("MPRIC_PYTHON", python) };
     }
-    for (key, value) in mpi::environment() {
+    for (key, value) in burn_mpric_cluster::MPIRUN_ENV {
         if std::env::var_os(key).is_none() {
             // SAFETY: xtask runs one thread here; the variables reach the MPI tests.
             unsafe { std::env::set_var(key, value) };

@@ -2,6 +2,7 @@
 //! the MPI transport into every crate that has one, a preflight that names what to install,
 //! and the all-reduce benchmark run under `mpirun` for 2, 3 and 4 processes.
 
+use burn_mpric_cluster::MPIRUN_ENV;
 use std::process::Command;
 
 /// The features that build the MPI transport and its tests, for every crate that has them.
@@ -34,16 +35,6 @@ pub fn preflight() -> Result<(), String> {
     }
 }
 
-/// The environment `mpirun` needs here: as root (CI runs as root), in a container (no
-/// shared-memory single copy).
-pub fn environment() -> [(&'static str, &'static str); 3] {
-    [
-        ("OMPI_ALLOW_RUN_AS_ROOT", "1"),
-        ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
-        ("OMPI_MCA_btl_vader_single_copy_mechanism", "none"),
-    ]
-}
-
 /// `cargo xtask bench --allreduce [--sizes A,B] [--reps N]`: builds the all-reduce benchmark
 /// (burn-mpric-cluster's `allreduce` example) in release, runs it under `mpirun
 /// --oversubscribe` with 2, 3 and 4 processes, and writes `target/bench/allreduce.md` and
@@ -70,7 +61,7 @@ pub fn bench(cargo: &str, root: &std::path::Path, args: &[String]) -> Result<(),
     let mut lines = Vec::new();
     for np in [2, 3, 4] {
         let mut cmd = Command::new("mpirun");
-        for (key, value) in environment() {
+        for (key, value) in MPIRUN_ENV {
             if std::env::var_os(key).is_none() {
                 cmd.env(key, value);
             }

@@ -32,7 +32,6 @@ mod frame;
 mod launcher;
 #[cfg(feature = "mpi")]
 mod mpi;
-#[cfg(feature = "mpi")]
 mod mpirun;
 mod spec;
 mod tcp;
@@ -45,7 +44,7 @@ pub use coordinator::Coordinator;
 pub use error::ClusterError;
 pub use exchange::Exchange;
 pub use launcher::{BadVariable, launched_by_mpi, local_place, srun_task};
-#[cfg(feature = "mpi")]
+// Without the `mpi` feature too: starting `mpirun` needs no MPI library in this process.
 pub use mpirun::{MPIRUN_ENV, mpirun, mpirun_test};
 pub use spec::{RunSpec, Timeouts};
 pub use tcp::Tcp;
