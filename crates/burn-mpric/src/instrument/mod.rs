@@ -1,6 +1,10 @@
 //! [`Instrumented`]: a backend decorator that records the dtypes of the float tensors every
 //! op receives, to audit what a backend (such as [`MixedPrecision`](crate::MixedPrecision))
-//! hands to the backend below it.
+//! hands to the backend below it, and [`profile`], each op's time with its dtypes in and out.
+
+mod profile;
+
+pub use profile::{OpSummary, Profile, TimedOp, profile};
 
 use core::any::Any;
 use core::marker::PhantomData;
@@ -44,6 +48,9 @@ pub struct OpRecord {
     pub float_inputs: Vec<DType>,
     /// The shapes of the same float inputs.
     pub float_shapes: Vec<Vec<usize>>,
+    /// The dtypes of the float tensors the op returned, in order (empty for host reads and
+    /// for ops that return no float tensor).
+    pub float_outputs: Vec<DType>,
 }
 
 /// The dtype and shape of one float input.
@@ -182,8 +189,27 @@ fn log(op: &'static str, inputs: Vec<FloatInput>) {
                 op,
                 float_inputs,
                 float_shapes,
+                float_outputs: Vec::new(),
             });
         }
+    });
+}
+
+/// Notes the dtypes of the float tensors among an op's outputs in its log entry, if logging.
+fn log_outputs<B: Backend, T: Wrap>(out: &T) {
+    LOG.with(|l| {
+        let mut l = l.borrow_mut();
+        let Some(record) = l.as_mut().and_then(|log| log.last_mut()) else {
+            return;
+        };
+        out.outputs(&mut |tensor| {
+            // Some backends use one primitive type for floats, ints and bools: the dtype tells.
+            if let Some(tensor) = tensor.downcast_ref::<B::FloatTensorPrimitive>()
+                && tensor.dtype().is_float()
+            {
+                record.float_outputs.push(tensor.dtype());
+            }
+        });
     });
 }
 
@@ -197,9 +223,11 @@ fn log(op: &'static str, inputs: Vec<FloatInput>) {
 ///
 /// type B = Instrumented<Flex>;
 /// let a = Tensor::<B, 1>::ones([3], &Default::default());
-/// let (_, ops) = record(|| a.clone() + a.clone());
+/// let (_, ops) = record(|| (a.clone() + a.clone()).cast(DType::F16));
 /// assert_eq!(ops[0].op, "float_add");
 /// assert_eq!(ops[0].float_inputs, vec![DType::F32, DType::F32]);
+/// assert_eq!(ops[1].op, "float_cast");
+/// assert_eq!(ops[1].float_outputs, vec![DType::F16]);
 /// ```
 pub fn record<R>(f: impl FnOnce() -> R) -> (R, Vec<OpRecord>) {
     let previous = LOG.with(|l| l.borrow_mut().replace(Vec::new()));
@@ -482,6 +510,7 @@ macro_rules! record_ops {
             log(stringify!($name), dtypes);
             let out = <$ret as Wrap>::wrap(B::$name($(Inspect::into_inner($arg)),*));
             op_boundary();
+            log_outputs::<B, _>(&out);
             observe::<B, _>(stringify!($name), None $( .or(Some(Op::$op)) )?, &out);
             out
         }
