@@ -11,6 +11,7 @@ mod adapter;
 mod edition022;
 mod harness;
 mod memory;
+mod profile;
 mod report;
 mod run;
 mod workloads;
@@ -68,6 +69,11 @@ struct Args {
     /// with `--full`, 8 without). A GPU lent for minutes runs every size with a few seconds.
     #[arg(long, value_parser = positive_seconds)]
     seconds_per_group: Option<f64>,
+    /// Instead of the timed workloads: one transformer block training step profiled op by op
+    /// at f32, mixed and pure half on each backend (the Burn 0.21 decorator), written to
+    /// profile.md and profile.json.
+    #[arg(long)]
+    profile: bool,
 }
 
 fn positive_seconds(text: &str) -> Result<f64, String> {
@@ -309,6 +315,9 @@ struct Collected {
     rows: Vec<Row>,
     casts: Vec<CastRow>,
     backends: Vec<BackendInfo>,
+    /// `--profile`: each backend profiles a step instead of running the workloads.
+    profile: bool,
+    profiles: Vec<profile::BackendProfile>,
 }
 
 fn run_on<I: Backend>(
@@ -325,6 +334,10 @@ fn run_on<I: Backend>(
         threads,
         memory: setup.memory.describe(),
     });
+    if out.profile {
+        out.profiles.push(profile::profile_backend(&setup));
+        return;
+    }
     let (rows, casts) = run_backend(&setup, workloads);
     out.rows.extend(rows);
     out.casts.extend(casts);
@@ -535,6 +548,8 @@ fn main() -> ExitCode {
         rows: Vec::new(),
         casts: Vec::new(),
         backends: Vec::new(),
+        profile: args.profile,
+        profiles: Vec::new(),
     };
 
     if wanted(BackendKind::Flex) {
@@ -589,6 +604,9 @@ fn main() -> ExitCode {
     if wanted(BackendKind::Cuda) {
         run_cuda(&args, &workloads, &mut out);
     }
+    if args.profile {
+        return write_profiles(&args.out, &out.profiles);
+    }
     run_edition022(&args, &workloads, &mut out, wanted, no_wgpu.as_deref());
 
     let targets = report::targets(&out.rows, &out.backends);
@@ -615,6 +633,26 @@ fn main() -> ExitCode {
         args.out.display(),
         report.wall_s
     );
+    ExitCode::SUCCESS
+}
+
+fn write_profiles(dir: &std::path::Path, profiles: &[profile::BackendProfile]) -> ExitCode {
+    let markdown = profile::markdown(profiles);
+    let written = std::fs::create_dir_all(dir)
+        .and_then(|()| std::fs::write(dir.join("profile.md"), &markdown))
+        .and_then(|()| {
+            let json = serde_json::to_string_pretty(profiles).map_err(std::io::Error::other)?;
+            std::fs::write(dir.join("profile.json"), json)
+        });
+    if let Err(e) = written {
+        eprintln!(
+            "error: could not write the profile to {}: {e}",
+            dir.display()
+        );
+        return ExitCode::FAILURE;
+    }
+    println!("{markdown}");
+    eprintln!("wrote {}/profile.md, profile.json", dir.display());
     ExitCode::SUCCESS
 }
 

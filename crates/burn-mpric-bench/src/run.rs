@@ -188,7 +188,7 @@ impl Variant {
     }
 
     /// The decorator's policy; `None` for the variants on the bare backend.
-    fn policy(self) -> Option<Policy> {
+    pub(crate) fn policy(self) -> Option<Policy> {
         match self {
             Variant::Bare | Variant::PureF16 | Variant::PureBf16 => None,
             Variant::Identity => Some(Policy::F32),
@@ -601,16 +601,31 @@ impl OpCount {
     }
 }
 
-/// Counts the ops of one step of `variant`.
-fn count_ops<I: Backend>(device: &I::Device, variant: Variant, spec: &Spec) -> Option<OpCount> {
+/// The case of `variant` built over `Instrumented<I>` and stepped once (parameters made,
+/// kernels compiled), so that the next step is a step like the ones timed; `None` where the
+/// device cannot run the variant's dtypes.
+pub(crate) fn instrumented_case<I: Backend>(
+    device: &I::Device,
+    variant: Variant,
+    spec: &Spec,
+) -> Option<Box<dyn Case>> {
     let mut case = match variant.policy() {
-        None => workloads::build::<Autodiff<Instrumented<I>>>(spec, variant.storage(), device),
+        None => {
+            let storage = bare_storage::<I>(device, variant.storage()).ok()?;
+            workloads::build::<Autodiff<Instrumented<I>>>(spec, storage, device)
+        }
         Some(policy) => {
             let mp = MixedPrecision::<Instrumented<I>>::device(device.clone(), policy).ok()?;
             workloads::build::<Autodiff<MixedPrecision<Instrumented<I>>>>(spec, Storage::F32, &mp)
         }
     };
     case.step();
+    Some(case)
+}
+
+/// Counts the ops of one step of `variant`.
+fn count_ops<I: Backend>(device: &I::Device, variant: Variant, spec: &Spec) -> Option<OpCount> {
+    let mut case = instrumented_case::<I>(device, variant, spec)?;
     let ((), ops) = record(|| case.step());
     let casts = ops
         .iter()
