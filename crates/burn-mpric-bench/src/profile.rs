@@ -13,7 +13,7 @@ use std::rc::Rc;
 
 use burn::tensor::DType;
 use burn::tensor::backend::Backend;
-use burn_mpric::instrument::{OpSummary, profile};
+use burn_mpric::instrument::{OpSummary, Profile, profile};
 use serde::Serialize;
 
 use crate::run::{Setup, Variant, instrumented_case};
@@ -56,6 +56,23 @@ pub struct VariantProfile {
     pub between_ms: f64,
     /// The ops added up by kind, the costliest first.
     pub kinds: Vec<KindTime>,
+    /// The casts by source dtype, target dtype and shape, the most calls first.
+    pub casts: Vec<CastGroup>,
+}
+
+/// The casts of one source dtype, target dtype and shape in one variant's step.
+#[derive(Debug, Clone, Serialize)]
+pub struct CastGroup {
+    /// Source dtype.
+    pub from: String,
+    /// Target dtype.
+    pub to: String,
+    /// The tensor's shape.
+    pub shape: Vec<usize>,
+    /// Calls in the step.
+    pub calls: usize,
+    /// Their time, milliseconds.
+    pub ms: f64,
 }
 
 /// The profiles of one backend.
@@ -85,6 +102,39 @@ fn kind_time(s: OpSummary) -> KindTime {
     }
 }
 
+/// The casts of a profile grouped by source, target and shape: which tensors a variant
+/// casts, and how often.
+fn cast_groups(p: &Profile) -> Vec<CastGroup> {
+    let mut groups: BTreeMap<(String, String, Vec<usize>), (usize, f64)> = BTreeMap::new();
+    for op in p.ops.iter().filter(|op| op.record.op == "float_cast") {
+        let r = &op.record;
+        let (Some(from), Some(to), Some(shape)) = (
+            r.float_inputs.first(),
+            r.float_outputs.first(),
+            r.float_shapes.first(),
+        ) else {
+            continue;
+        };
+        let entry = groups
+            .entry((dtype(from), dtype(to), shape.clone()))
+            .or_default();
+        entry.0 += 1;
+        entry.1 += op.time.as_secs_f64() * 1e3;
+    }
+    let mut casts: Vec<CastGroup> = groups
+        .into_iter()
+        .map(|((from, to, shape), (calls, ms))| CastGroup {
+            from,
+            to,
+            shape,
+            calls,
+            ms,
+        })
+        .collect();
+    casts.sort_by(|a, b| b.calls.cmp(&a.calls).then_with(|| b.ms.total_cmp(&a.ms)));
+    casts
+}
+
 /// Profiles one step of the transformer block at each variant the device runs.
 pub fn profile_backend<I: Backend>(setup: &Setup<I>) -> BackendProfile {
     let spec = &setup.sizes.transformer;
@@ -109,6 +159,7 @@ pub fn profile_backend<I: Backend>(setup: &Setup<I>) -> BackendProfile {
             total_ms: p.total().as_secs_f64() * 1e3,
             between_ms: p.between.as_secs_f64() * 1e3,
             kinds: p.by_kind().into_iter().map(kind_time).collect(),
+            casts: cast_groups(&p),
         });
     }
     BackendProfile {
@@ -175,13 +226,19 @@ fn half_table(out: &mut String, b: &BackendProfile, half: &str) {
         mixed.between_ms,
         pure.between_ms,
     );
+    let casts: Vec<String> = mixed
+        .casts
+        .iter()
+        .map(|c| format!("{} {} -> {} {:?}", c.calls, c.from, c.to, c.shape))
+        .collect();
+    let mut rows = String::new();
     for m in methods.iter().take(TOP) {
         let cell = |c: usize| {
             let (ms, calls) = time(c, m);
             format!("{ms:.3} ({calls})")
         };
         let _ = writeln!(
-            out,
+            rows,
             "| `{m}` | {} | {} | {} | {:+.3} | {} |",
             cell(0),
             cell(1),
@@ -190,6 +247,12 @@ fn half_table(out: &mut String, b: &BackendProfile, half: &str) {
             signatures(mixed, m),
         );
     }
+    out.push_str(&rows);
+    let _ = writeln!(
+        out,
+        "\nmixed_{half}'s casts (calls, source -> target, shape): {}.",
+        casts.join("; ")
+    );
 }
 
 /// The profiles as Markdown: per backend, a side-by-side table per half dtype.
@@ -266,6 +329,22 @@ mod tests {
                 .any(|k| k.op == "float_matmul" && k.outputs == ["bf16"])
         );
         assert!(mixed.iter().any(|k| k.op == "float_cast"));
+        // Every cast is in one group, each changing the dtype.
+        let groups = &p
+            .variants
+            .iter()
+            .find(|v| v.variant == "mixed_bf16")
+            .unwrap()
+            .casts;
+        let calls = |kinds: &[KindTime]| -> usize {
+            kinds
+                .iter()
+                .filter(|k| k.op == "float_cast")
+                .map(|k| k.calls)
+                .sum()
+        };
+        assert_eq!(groups.iter().map(|g| g.calls).sum::<usize>(), calls(mixed));
+        assert!(groups.iter().all(|g| g.from != g.to));
         assert!(kinds(names[0]).iter().all(|k| k.op != "float_cast"));
         for v in &p.variants {
             let ops: f64 = v.kinds.iter().map(|k| k.ms).sum();
