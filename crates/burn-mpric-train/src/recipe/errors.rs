@@ -419,7 +419,7 @@ fn closest<'a>(name: &str, names: &'a [String]) -> Option<&'a str> {
     let name = name.to_ascii_lowercase();
     names
         .iter()
-        .map(|candidate| (edit_distance(&name, candidate), candidate))
+        .map(|candidate| (strsim::levenshtein(&name, candidate), candidate))
         .filter(|(distance, candidate)| {
             let near = match candidate.len() {
                 0..=4 => 1,
@@ -432,25 +432,6 @@ fn closest<'a>(name: &str, names: &'a [String]) -> Option<&'a str> {
         })
         .min_by_key(|(distance, _)| *distance)
         .map(|(_, candidate)| candidate.as_str())
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut previous = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let current = row[j + 1];
-            row[j + 1] = if ca == *cb {
-                previous
-            } else {
-                1 + previous.min(row[j]).min(row[j + 1])
-            };
-            previous = current;
-        }
-    }
-    row[b.len()]
 }
 
 /// The settings of each kind of a tagged table.
