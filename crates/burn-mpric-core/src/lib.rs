@@ -11,7 +11,9 @@
 //! - [`Op`] and [`OpCategory`]: the op table (which precision each float op runs at);
 //! - [`scale`]: the loss-scale state machines, their configuration and presets, the step's
 //!   decision ([`scale::ScalerState`]) and the saved scaler state ([`scale::ScalerRecord`]),
-//!   which either edition writes and the other reads.
+//!   which either edition writes and the other reads;
+//! - [`optim`]: optimizer state and master weights below f32 (the settings, the bytes per
+//!   parameter, stochastic rounding's seeded stream).
 //!
 //! The editions: `burn-mpric` (+ `burn-mpric-scale`, `burn-mpric-learner`) for Burn 0.21, a
 //! backend decorator; `burn-mpric-022` for Burn 0.22, tensor-level mixed precision through
@@ -39,6 +41,7 @@ pub mod audit;
 mod dtype;
 pub mod export;
 mod op_table;
+pub mod optim;
 mod policy;
 pub mod scale;
 

@@ -4,6 +4,7 @@
 //! leave all of it untouched by a select.
 
 use burn::tensor::{Device, FloatDType, Tensor};
+use burn_mpric_core::optim::StateSlots;
 use burn_mpric_core::scale::{DeviceAdamConfig, DeviceAdamWConfig, DeviceSgdConfig};
 
 use super::scale::f32_value;
@@ -27,7 +28,7 @@ use super::scale::f32_value;
 /// let (param, _) = sgd.update(0.1, param, grad, state);
 /// assert_eq!(param.into_data().try_to_vec::<f32>().unwrap(), vec![0.0, 3.0]);
 /// ```
-pub trait DeviceRule: Clone + Send + Sync + 'static {
+pub trait DeviceRule: StateSlots + Clone + Send + Sync + 'static {
     /// The state of a parameter of `len` elements before its first step.
     fn init_state(&self, len: usize, device: &Device) -> Vec<Tensor<1>>;
 

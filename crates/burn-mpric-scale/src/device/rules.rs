@@ -5,6 +5,7 @@
 
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
+use burn_mpric_core::optim::StateSlots;
 use burn_mpric_core::scale::{DeviceAdamConfig, DeviceAdamWConfig, DeviceSgdConfig};
 
 use super::scale::f32_value;
@@ -28,7 +29,7 @@ use super::scale::f32_value;
 /// let (param, _) = sgd.update(0.1, param, grad, state);
 /// assert_eq!(param.into_data().to_vec::<f32>().unwrap(), vec![0.0, 3.0]);
 /// ```
-pub trait DeviceRule: Clone + Send + Sync + 'static {
+pub trait DeviceRule: StateSlots + Clone + Send + Sync + 'static {
     /// The state of a parameter of `len` elements before its first step.
     fn init_state<B: Backend>(&self, len: usize, device: &B::Device) -> Vec<Tensor<B, 1>>;
 

@@ -1,0 +1,460 @@
+//! The settings: the dtype the optimizer's state is stored at, and how parameters are kept.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// The dtype an optimizer's per-element state (Adam's moments, SGD's velocity) is stored at
+/// between steps. Each step computes at f32 inside and stores the result back.
+///
+/// f16 is refused: Adam's second moment is a squared gradient, and squares of the gradients
+/// mixed precision produces (often below 2^-12) underflow f16's smallest normal, 2^-14, so
+/// the update divides by a flushed or denormal root. bf16 has f32's exponent range.
+///
+/// # Example
+///
+/// ```
+/// use burn_mpric_core::optim::StateDtype;
+///
+/// assert_eq!("bf16".parse::<StateDtype>().unwrap(), StateDtype::Bf16);
+/// assert_eq!(StateDtype::Bf16.bytes(), 2);
+/// let refused = "f16".parse::<StateDtype>().unwrap_err().to_string();
+/// assert!(refused.contains("underflow"), "{refused}");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StateDtype {
+    /// f32, as Burn's optimizers keep it (the default).
+    #[default]
+    F32,
+    /// bf16: half the bytes, f32's range, 8 significant bits.
+    Bf16,
+}
+
+/// How the parameters are kept between steps.
+///
+/// # Example
+///
+/// ```
+/// use burn_mpric_core::optim::MasterWeights;
+///
+/// assert_eq!("kahan".parse::<MasterWeights>().unwrap(), MasterWeights::Kahan);
+/// assert_eq!(MasterWeights::Stochastic.to_string(), "stochastic");
+/// assert_eq!(MasterWeights::Stochastic.param_bytes(), 2);
+/// assert!("bf16".parse::<MasterWeights>().is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MasterWeights {
+    /// Parameters at f32, as today (the default): the master copy is the parameter.
+    #[default]
+    F32,
+    /// Parameters at bf16, no f32 copy; each update computed at f32 and rounded to bf16
+    /// stochastically (unbiased), from a seeded stream saved with the optimizer's state.
+    Stochastic,
+    /// Parameters at bf16 plus a bf16 compensation buffer holding what rounding dropped
+    /// (a compensated, Kahan, update): the weight is parameter + compensation, about 16
+    /// significant bits. The buffer is itself rounded stochastically (from the same seeded
+    /// stream), so a small update repeated every step is not dropped by the same amount each
+    /// time.
+    Kahan,
+}
+
+/// The optimizer's precision: the state's dtype, how parameters are kept, and the seed of
+/// stochastic rounding. The default is Burn's: everything at f32.
+///
+/// # Example
+///
+/// ```
+/// use burn_mpric_core::optim::{MasterWeights, OptimizerPrecision, StateDtype};
+///
+/// let precision: OptimizerPrecision = "state=bf16,master=kahan".parse().unwrap();
+/// assert_eq!(precision, OptimizerPrecision::new(StateDtype::Bf16, MasterWeights::Kahan));
+/// assert_eq!(precision.to_string(), "state=bf16,master=kahan");
+/// assert!(OptimizerPrecision::default().is_f32());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct OptimizerPrecision {
+    /// The dtype of the per-element state.
+    pub state: StateDtype,
+    /// How parameters are kept.
+    pub master: MasterWeights,
+    /// The seed of stochastic rounding's stream (stochastic and Kahan master weights).
+    pub seed: u64,
+}
+
+/// Why a precision setting was refused. Each message is one line that names the setting and
+/// what it accepts.
+///
+/// # Example
+///
+/// ```
+/// use burn_mpric_core::optim::{OptimizerPrecision, PrecisionError, StateDtype, MasterWeights};
+///
+/// let sgd = OptimizerPrecision::new(StateDtype::Bf16, MasterWeights::F32).check_for("sgd", 0);
+/// assert!(matches!(sgd, Err(PrecisionError::NoState { .. })));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PrecisionError {
+    /// The state dtype is not one of f32, bf16.
+    #[error("unknown optimizer state dtype {0:?}: expected f32 or bf16")]
+    UnknownState(String),
+    /// f16 state (see [`StateDtype`]).
+    #[error(
+        "optimizer state at f16 is refused: the second moment is a squared gradient, and the \
+         squares of small gradients underflow f16 (smallest normal 2^-14) where bf16 keeps f32's \
+         range; use state = \"bf16\""
+    )]
+    HalfState,
+    /// The master-weight mode is not one of f32, stochastic, kahan.
+    #[error("unknown master weights {0:?}: expected f32, stochastic or kahan")]
+    UnknownMaster(String),
+    /// A part of the text form that is not `state=...` or `master=...`.
+    #[error(
+        "unknown optimizer precision field {0:?}: expected state=<f32|bf16>,master=<f32|stochastic|kahan>"
+    )]
+    UnknownField(String),
+    /// A state dtype for an optimizer that keeps no state.
+    #[error(
+        "{optimizer} keeps no state, so state = \"{state}\" has nothing to store: leave state at \
+         f32 or choose an optimizer with state (adam, adamw, sgd with momentum)"
+    )]
+    NoState {
+        /// The optimizer's name.
+        optimizer: String,
+        /// The requested state dtype.
+        state: StateDtype,
+    },
+}
+
+/// What one parameter costs in bytes between steps: the parameter, its gradient (which takes
+/// the parameter's dtype), the optimizer's per-element state and the compensation buffer.
+///
+/// # Example
+///
+/// ```
+/// use burn_mpric_core::optim::{MasterWeights, OptimizerPrecision, StateDtype};
+///
+/// let kahan = OptimizerPrecision::new(StateDtype::Bf16, MasterWeights::Kahan);
+/// let bytes = kahan.bytes_per_parameter(2);
+/// assert_eq!((bytes.param, bytes.grad, bytes.state, bytes.compensation), (2, 2, 4, 2));
+/// assert_eq!(bytes.without_grad(), 8);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BytesPerParameter {
+    /// The parameter itself.
+    pub param: usize,
+    /// Its gradient.
+    pub grad: usize,
+    /// The optimizer's per-element state.
+    pub state: usize,
+    /// The compensation buffer (Kahan).
+    pub compensation: usize,
+}
+
+impl BytesPerParameter {
+    /// All of it.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_core::optim::OptimizerPrecision;
+    ///
+    /// assert_eq!(OptimizerPrecision::default().bytes_per_parameter(2).total(), 16);
+    /// ```
+    pub fn total(&self) -> usize {
+        self.param + self.grad + self.state + self.compensation
+    }
+
+    /// What stays between steps once the gradient is dropped: parameter, state and buffers.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_core::optim::OptimizerPrecision;
+    ///
+    /// assert_eq!(OptimizerPrecision::default().bytes_per_parameter(2).without_grad(), 12);
+    /// ```
+    pub fn without_grad(&self) -> usize {
+        self.param + self.state + self.compensation
+    }
+}
+
+impl StateDtype {
+    /// Bytes per element.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_core::optim::StateDtype;
+    ///
+    /// assert_eq!(StateDtype::F32.bytes(), 4);
+    /// ```
+    pub fn bytes(self) -> usize {
+        match self {
+            Self::F32 => 4,
+            Self::Bf16 => 2,
+        }
+    }
+
+    /// The dtype as the core names it.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_core::FloatDType;
+    /// use burn_mpric_core::optim::StateDtype;
+    ///
+    /// assert_eq!(StateDtype::Bf16.dtype(), FloatDType::BF16);
+    /// ```
+    pub fn dtype(self) -> crate::FloatDType {
+        match self {
+            Self::F32 => crate::FloatDType::F32,
+            Self::Bf16 => crate::FloatDType::BF16,
+        }
+    }
+}
+
+impl MasterWeights {
+    /// Bytes per element of the parameter (and so of its gradient).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_core::optim::MasterWeights;
+    ///
+    /// assert_eq!(MasterWeights::F32.param_bytes(), 4);
+    /// ```
+    pub fn param_bytes(self) -> usize {
+        match self {
+            Self::F32 => 4,
+            Self::Stochastic | Self::Kahan => 2,
+        }
+    }
+
+    /// Whether parameters are stored at bf16 (stochastic or Kahan).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_core::optim::MasterWeights;
+    ///
+    /// assert!(MasterWeights::Kahan.is_bf16());
+    /// assert!(!MasterWeights::F32.is_bf16());
+    /// ```
+    pub fn is_bf16(self) -> bool {
+        self != Self::F32
+    }
+}
+
+impl OptimizerPrecision {
+    /// A precision with seed 0.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_core::optim::{MasterWeights, OptimizerPrecision, StateDtype};
+    ///
+    /// let precision = OptimizerPrecision::new(StateDtype::Bf16, MasterWeights::F32);
+    /// assert_eq!(precision.seed, 0);
+    /// ```
+    pub fn new(state: StateDtype, master: MasterWeights) -> Self {
+        Self {
+            state,
+            master,
+            seed: 0,
+        }
+    }
+
+    /// The same precision with another stochastic-rounding seed.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_core::optim::OptimizerPrecision;
+    ///
+    /// assert_eq!(OptimizerPrecision::default().with_seed(7).seed, 7);
+    /// ```
+    #[must_use]
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// Whether everything stays at f32 (Burn's own behaviour).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_core::optim::OptimizerPrecision;
+    ///
+    /// assert!(OptimizerPrecision::default().is_f32());
+    /// ```
+    pub fn is_f32(&self) -> bool {
+        self.state == StateDtype::F32 && self.master == MasterWeights::F32
+    }
+
+    /// Refuses a state dtype for an optimizer (named `optimizer`) that keeps `state_slots`
+    /// per-element state tensors, when that is none.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_core::optim::{MasterWeights, OptimizerPrecision, StateDtype};
+    ///
+    /// let sr = OptimizerPrecision::new(StateDtype::F32, MasterWeights::Stochastic);
+    /// assert!(sr.check_for("sgd", 0).is_ok()); // plain SGD's weights can still be bf16
+    /// let state = OptimizerPrecision::new(StateDtype::Bf16, MasterWeights::F32);
+    /// assert!(state.check_for("adam", 2).is_ok());
+    /// ```
+    pub fn check_for(&self, optimizer: &str, state_slots: usize) -> Result<(), PrecisionError> {
+        if state_slots == 0 && self.state != StateDtype::F32 {
+            return Err(PrecisionError::NoState {
+                optimizer: optimizer.to_string(),
+                state: self.state,
+            });
+        }
+        Ok(())
+    }
+
+    /// The bytes a parameter costs under an optimizer with `state_slots` per-element state
+    /// tensors (Adam 2, SGD with momentum 1, plain SGD 0).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_core::optim::{MasterWeights, OptimizerPrecision, StateDtype};
+    ///
+    /// let state_only = OptimizerPrecision::new(StateDtype::Bf16, MasterWeights::F32);
+    /// assert_eq!(state_only.bytes_per_parameter(2).total(), 12);
+    /// ```
+    pub fn bytes_per_parameter(&self, state_slots: usize) -> BytesPerParameter {
+        let param = self.master.param_bytes();
+        BytesPerParameter {
+            param,
+            grad: param,
+            state: state_slots * self.state.bytes(),
+            compensation: if self.master == MasterWeights::Kahan {
+                2
+            } else {
+                0
+            },
+        }
+    }
+}
+
+impl fmt::Display for StateDtype {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::F32 => "f32",
+            Self::Bf16 => "bf16",
+        })
+    }
+}
+
+impl fmt::Display for MasterWeights {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::F32 => "f32",
+            Self::Stochastic => "stochastic",
+            Self::Kahan => "kahan",
+        })
+    }
+}
+
+impl fmt::Display for OptimizerPrecision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "state={},master={}", self.state, self.master)
+    }
+}
+
+impl FromStr for StateDtype {
+    type Err = PrecisionError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "f32" | "float32" => Ok(Self::F32),
+            "bf16" | "bfloat16" => Ok(Self::Bf16),
+            "f16" | "float16" | "half" => Err(PrecisionError::HalfState),
+            _ => Err(PrecisionError::UnknownState(s.to_string())),
+        }
+    }
+}
+
+impl FromStr for MasterWeights {
+    type Err = PrecisionError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "f32" | "float32" => Ok(Self::F32),
+            "stochastic" => Ok(Self::Stochastic),
+            "kahan" => Ok(Self::Kahan),
+            _ => Err(PrecisionError::UnknownMaster(s.to_string())),
+        }
+    }
+}
+
+impl FromStr for OptimizerPrecision {
+    type Err = PrecisionError;
+
+    /// `state=<f32|bf16>,master=<f32|stochastic|kahan>`; either part may be left out.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let mut precision = Self::default();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            match part.split_once('=').map(|(k, v)| (k.trim(), v)) {
+                Some(("state", value)) => precision.state = value.parse()?,
+                Some(("master", value)) => precision.master = value.parse()?,
+                _ => return Err(PrecisionError::UnknownField(part.to_string())),
+            }
+        }
+        Ok(precision)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_targets_of_adam_hold() {
+        let at = |state, master| OptimizerPrecision::new(state, master).bytes_per_parameter(2);
+        assert_eq!(at(StateDtype::F32, MasterWeights::F32).without_grad(), 12);
+        assert_eq!(
+            at(StateDtype::Bf16, MasterWeights::Stochastic).without_grad(),
+            6
+        );
+        assert_eq!(at(StateDtype::Bf16, MasterWeights::Stochastic).total(), 8);
+        assert_eq!(at(StateDtype::Bf16, MasterWeights::Kahan).total(), 10);
+    }
+
+    #[test]
+    fn text_forms_round_trip_and_bad_parts_are_named() {
+        for state in [StateDtype::F32, StateDtype::Bf16] {
+            for master in [
+                MasterWeights::F32,
+                MasterWeights::Stochastic,
+                MasterWeights::Kahan,
+            ] {
+                let precision = OptimizerPrecision::new(state, master);
+                assert_eq!(
+                    precision.to_string().parse::<OptimizerPrecision>(),
+                    Ok(precision)
+                );
+            }
+        }
+        let err = "state=bf16,mster=kahan"
+            .parse::<OptimizerPrecision>()
+            .unwrap_err();
+        assert!(err.to_string().contains("\"mster=kahan\""), "{err}");
+        assert_eq!(
+            "state=f16".parse::<OptimizerPrecision>(),
+            Err(PrecisionError::HalfState)
+        );
+        let err = "master=bf16"
+            .parse::<OptimizerPrecision>()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("stochastic or kahan"), "{err}");
+    }
+}
