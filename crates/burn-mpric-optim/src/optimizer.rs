@@ -43,7 +43,9 @@ use crate::storage::StoreParams;
 pub struct LowPrecisionOptimizer<R> {
     rule: R,
     precision: OptimizerPrecision,
-    /// The next parameter's rounding stream; shared by clones so that no two parameters share one.
+    /// The next parameter's rounding stream, counted from 0 by each [`init`](Self::init) in
+    /// the order Burn visits the parameters, so the same model gets the same streams in every
+    /// run and on every process; shared by the adaptor's clones.
     next_stream: Arc<AtomicU64>,
 }
 
@@ -153,7 +155,8 @@ impl<R: DeviceRule> LowPrecisionOptimizer<R> {
         }
     }
 
-    /// The Burn `Optimizer` for a module `M` trained on `B`.
+    /// The Burn `Optimizer` for a module `M` trained on `B`, its rounding streams numbered
+    /// from 0.
     ///
     /// # Example
     ///
@@ -174,7 +177,10 @@ impl<R: DeviceRule> LowPrecisionOptimizer<R> {
         AB: AutodiffBackend,
         M: AutodiffModule<AB>,
     {
-        OptimizerAdaptor::from(self.clone())
+        OptimizerAdaptor::from(Self {
+            next_stream: Arc::new(AtomicU64::new(0)),
+            ..self.clone()
+        })
     }
 
     fn fresh<B: Backend>(&self, len: usize, device: &B::Device) -> LowPrecisionState<B> {
