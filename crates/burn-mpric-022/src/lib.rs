@@ -13,7 +13,10 @@
 //!   skipped steps that leave parameters and optimizer state bit-identical, optional
 //!   global-norm clipping, checkpointable state;
 //! - [`Scaled`], [`LossScaleMetric`], [`SkippedStepsMetric`]: the same inside burn-train's
-//!   `Learner`.
+//!   `Learner`;
+//! - [`LowPrecisionOptimizer`] ([`optim`]): Adam, AdamW or SGD with the state stored at bf16
+//!   and the parameters kept at bf16, updated by stochastic rounding or a compensated (Kahan)
+//!   update.
 //!
 //! The policy grammar, the `half` rule, the loss-scale state machines and the saved scaler
 //! format come from `burn-mpric-core`, shared with the Burn 0.21 edition: both editions take
@@ -63,6 +66,7 @@ mod error;
 pub mod export;
 mod grad_paths;
 mod observe;
+pub mod optim;
 mod overflow;
 mod scaler;
 mod train;
@@ -77,6 +81,10 @@ pub use device::{
 };
 pub use dtype::{from_burn_dtype, resolve_policy, supported_float_dtypes, to_burn_dtype};
 pub use error::StepError;
+pub use optim::{
+    HeldBytes, LowPrecisionOptimizer, LowPrecisionState, held_bytes, kahan_split, stochastic_round,
+    store_params,
+};
 pub use overflow::find_overflow;
 pub use scaler::{CheckedGrads, LossScaler};
 pub use train::{

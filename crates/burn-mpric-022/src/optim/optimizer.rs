@@ -1,0 +1,327 @@
+//! The wrapper: a device-path update rule as a Burn 0.22 per-parameter `Optimizer` whose state
+//! and parameters are stored at the chosen dtypes, and that state's record.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use burn::module::Module;
+use burn::optim::{
+    LearningRate, ModuleOptimizer, Optimizer, RecordState, StateSink, StateSource, join_index,
+};
+use burn::tensor::{DType, Device, FloatDType, Tensor, TensorData};
+use burn_mpric_core::optim::{
+    BytesPerParameter, MasterWeights, OptimizerPrecision, PrecisionError, RoundingStream,
+};
+use burn_store::burn_pack::Scalar;
+
+use super::round::{kahan_split, stochastic_round};
+use super::storage::store_params;
+use crate::device::DeviceRule;
+use crate::dtype::{plain_float, to_burn_dtype};
+
+/// An update rule (Adam, AdamW, SGD: burn-mpric-core's
+/// [`DeviceAdamConfig`](burn_mpric_core::scale::DeviceAdamConfig),
+/// [`DeviceAdamWConfig`](burn_mpric_core::scale::DeviceAdamWConfig),
+/// [`DeviceSgdConfig`](burn_mpric_core::scale::DeviceSgdConfig)) with its state and the
+/// parameters stored per an [`OptimizerPrecision`]; every step computes at f32 inside.
+///
+/// A Burn 0.22 per-parameter `Optimizer`: [`init`](Self::init) gives the `ModuleOptimizer`
+/// that loops, the [`LossScaler`](crate::LossScaler) and burn-train's `Learner` take. A skipped
+/// step (the loss scaler does not call the optimizer) leaves the parameters, the state, the
+/// compensation buffers and the rounding stream as they were; the optimizer's record holds all
+/// of it.
+///
+/// # Example
+///
+/// ```
+/// use burn_mpric_022::optim::{LowPrecisionOptimizer, MasterWeights, OptimizerPrecision, StateDtype};
+/// use burn_mpric_core::scale::DeviceSgdConfig;
+///
+/// let bf16_state = OptimizerPrecision::new(StateDtype::Bf16, MasterWeights::F32);
+/// // Plain SGD keeps no state: there is nothing to store at bf16.
+/// let refused = LowPrecisionOptimizer::new(DeviceSgdConfig::new(), bf16_state).unwrap_err();
+/// assert!(refused.to_string().contains("keeps no state"), "{refused}");
+/// ```
+#[derive(Clone, Debug)]
+pub struct LowPrecisionOptimizer<R> {
+    rule: R,
+    precision: OptimizerPrecision,
+    /// The next parameter's rounding stream, counted from 0 by each [`init`](Self::init) in
+    /// the order Burn visits the parameters, so the same model gets the same streams in every
+    /// run and on every process; shared by the module optimizer's clones.
+    next_stream: Arc<AtomicU64>,
+}
+
+/// One parameter's state under a [`LowPrecisionOptimizer`]: the rule's state tensors (flat; the
+/// per-element ones at the state dtype), the compensation buffer (Kahan), and the position in
+/// the rounding stream (stochastic rounding).
+///
+/// Its record (Burn's `RecordState`, which `ModuleOptimizer::to_record` and `save` use) names
+/// the leaves as Burn's derive would: `slots.len`, `slots.0`, ..., `compensation`, `stream`,
+/// `draws`; the two positions are `u64` scalars, which burnpack keeps exactly.
+///
+/// # Example
+///
+/// ```
+/// use burn_mpric_022::optim::LowPrecisionState;
+///
+/// let fresh = LowPrecisionState { slots: Vec::new(), compensation: None, stream: 3, draws: 0 };
+/// assert_eq!(fresh.stream, 3);
+/// ```
+#[derive(Clone, Debug)]
+pub struct LowPrecisionState {
+    /// The rule's state tensors, flat.
+    pub slots: Vec<Tensor<1>>,
+    /// What rounding the weight to bf16 dropped (Kahan only), flat, at bf16.
+    pub compensation: Option<Tensor<1>>,
+    /// This parameter's stream of stochastic rounding.
+    pub stream: u64,
+    /// The steps taken so far: the next draw from the stream.
+    pub draws: u64,
+}
+
+impl<R: DeviceRule> LowPrecisionOptimizer<R> {
+    /// The rule with its state and parameters at `precision`; refused (with the reason) when
+    /// `precision` asks to store state the rule does not keep.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_022::optim::{LowPrecisionOptimizer, OptimizerPrecision};
+    /// use burn_mpric_core::scale::DeviceAdamWConfig;
+    ///
+    /// let optim = LowPrecisionOptimizer::new(DeviceAdamWConfig::new(), "state=bf16".parse().unwrap()).unwrap();
+    /// assert_eq!(optim.precision().to_string(), "state=bf16,master=f32");
+    /// ```
+    pub fn new(rule: R, precision: OptimizerPrecision) -> Result<Self, PrecisionError> {
+        precision.check_for(rule.name(), rule.elementwise_slots())?;
+        Ok(Self {
+            rule,
+            precision,
+            next_stream: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// The precision.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_022::optim::{LowPrecisionOptimizer, OptimizerPrecision};
+    /// use burn_mpric_core::scale::DeviceAdamConfig;
+    ///
+    /// let optim = LowPrecisionOptimizer::new(DeviceAdamConfig::new(), OptimizerPrecision::default()).unwrap();
+    /// assert!(optim.precision().is_f32());
+    /// ```
+    pub fn precision(&self) -> OptimizerPrecision {
+        self.precision
+    }
+
+    /// The bytes one parameter costs between steps under this rule and precision.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_022::optim::{LowPrecisionOptimizer, MasterWeights, OptimizerPrecision, StateDtype};
+    /// use burn_mpric_core::scale::DeviceAdamConfig;
+    ///
+    /// let kahan = OptimizerPrecision::new(StateDtype::Bf16, MasterWeights::Kahan);
+    /// let optim = LowPrecisionOptimizer::new(DeviceAdamConfig::new(), kahan).unwrap();
+    /// assert_eq!(optim.bytes_per_parameter().total(), 10);
+    /// ```
+    pub fn bytes_per_parameter(&self) -> BytesPerParameter {
+        self.precision
+            .bytes_per_parameter(self.rule.elementwise_slots())
+    }
+
+    /// `module` with its float parameters stored at the dtype this precision keeps them at:
+    /// bf16 for stochastic rounding and Kahan, unchanged for f32 master weights. Call it on a
+    /// new model and on one loaded from a checkpoint, so that every step sees the same dtypes.
+    /// Each parameter keeps its id, whether it takes a gradient and its reparameterization; a
+    /// parameter not yet initialized stays lazy.
+    ///
+    /// Under [`autocast`](crate::autocast()), call it after autocasting: autocast stores every
+    /// parameter at the policy's param dtype, so it would cast bf16 parameters back to f32.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::nn::LinearConfig;
+    /// use burn::tensor::{DType, Device};
+    /// use burn_mpric_022::optim::{LowPrecisionOptimizer, MasterWeights, OptimizerPrecision, StateDtype};
+    /// use burn_mpric_core::scale::DeviceAdamConfig;
+    ///
+    /// let kahan = OptimizerPrecision::new(StateDtype::F32, MasterWeights::Kahan);
+    /// let optim = LowPrecisionOptimizer::new(DeviceAdamConfig::new(), kahan).unwrap();
+    /// let model = optim.store_params(LinearConfig::new(2, 2).init(&Device::flex()));
+    /// assert_eq!(model.weight.val().dtype(), DType::BF16);
+    /// ```
+    pub fn store_params<M: Module>(&self, module: M) -> M {
+        store_params(self.precision.master, module)
+    }
+
+    /// The Burn `ModuleOptimizer` that steps whole modules with this optimizer, as
+    /// `AdamConfig::init` gives Burn's Adam, its rounding streams numbered from 0.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_022::optim::{LowPrecisionOptimizer, OptimizerPrecision};
+    /// use burn_mpric_core::scale::DeviceAdamConfig;
+    ///
+    /// let optim = LowPrecisionOptimizer::new(DeviceAdamConfig::new(), OptimizerPrecision::default()).unwrap();
+    /// let module_optim = optim.init();
+    /// assert!(module_optim.to_record().is_empty());
+    /// ```
+    pub fn init(&self) -> ModuleOptimizer {
+        ModuleOptimizer::from(Self {
+            next_stream: Arc::new(AtomicU64::new(0)),
+            ..self.clone()
+        })
+    }
+
+    fn fresh(&self, len: usize, device: &Device) -> LowPrecisionState {
+        LowPrecisionState {
+            slots: self.rule.init_state(len, device),
+            compensation: None,
+            stream: self.next_stream.fetch_add(1, Ordering::Relaxed),
+            draws: 0,
+        }
+    }
+}
+
+impl<R: DeviceRule> Optimizer for LowPrecisionOptimizer<R> {
+    type State<const D: usize> = LowPrecisionState;
+
+    fn step<const D: usize>(
+        &self,
+        lr: LearningRate,
+        tensor: Tensor<D>,
+        grad: Tensor<D>,
+        state: Option<Self::State<D>>,
+    ) -> (Tensor<D>, Option<Self::State<D>>) {
+        let shape = tensor.shape();
+        let len = shape.num_elements();
+        let device = tensor.device();
+        let param_dtype = tensor.dtype();
+        let state = state.unwrap_or_else(|| self.fresh(len, &device));
+
+        let mut weight = tensor.reshape([len]).cast(FloatDType::F32);
+        if let Some(compensation) = state.compensation {
+            weight = weight.add(compensation.cast(FloatDType::F32));
+        }
+        let grad = grad.reshape([len]).cast(FloatDType::F32);
+        let slots = state
+            .slots
+            .into_iter()
+            .map(|slot| slot.cast(FloatDType::F32))
+            .collect();
+        let (weight, slots) = self.rule.update(lr, weight, grad, slots);
+
+        let stored = to_burn_dtype(self.precision.state.dtype());
+        let elementwise = self.rule.elementwise_slots();
+        let slots = slots
+            .into_iter()
+            .enumerate()
+            .map(|(i, slot)| {
+                if i < elementwise {
+                    slot.cast(stored)
+                } else {
+                    slot
+                }
+            })
+            .collect();
+
+        let uniforms = || {
+            let draws =
+                RoundingStream::new(self.precision.seed).uniforms(state.stream, state.draws, len);
+            // At f32 whatever the device's default float dtype: the draws are compared with
+            // a probability that can be far below bf16's spacing.
+            Tensor::<1>::from_data(TensorData::new(draws, [len]), (&device, DType::F32))
+        };
+        let (weight, compensation) = match self.precision.master {
+            // A non-float (quantized) parameter stays at f32, as the device path keeps it.
+            MasterWeights::F32 => match plain_float(param_dtype) {
+                Some(own) => (weight.cast(own), None),
+                None => (weight, None),
+            },
+            MasterWeights::Stochastic => (stochastic_round(weight, uniforms()), None),
+            MasterWeights::Kahan => {
+                let (weight, compensation) = kahan_split(weight, uniforms());
+                (weight, Some(compensation))
+            }
+        };
+        let state = LowPrecisionState {
+            slots,
+            compensation,
+            stream: state.stream,
+            draws: state.draws + 1,
+        };
+        (weight.reshape(shape), Some(state))
+    }
+
+    fn to_device<const D: usize>(state: Self::State<D>, device: &Device) -> Self::State<D> {
+        LowPrecisionState {
+            slots: state
+                .slots
+                .into_iter()
+                .map(|slot| slot.to_device(device))
+                .collect(),
+            compensation: state.compensation.map(|c| c.to_device(device)),
+            ..state
+        }
+    }
+}
+
+const SLOTS: &str = "slots";
+const SLOTS_LEN: &str = "slots.len";
+const COMPENSATION: &str = "compensation";
+const STREAM: &str = "stream";
+const DRAWS: &str = "draws";
+
+/// Written by hand rather than with `#[derive(RecordState)]`, for two reasons. Burn 0.22.1's
+/// derive expands to paths inside burn-optim (`crate::RecordState`, `crate::join_index`), so it
+/// does not compile in another crate. And the derive rebuilds every tensor at the device's
+/// default float dtype (f32), which would widen bf16 moments and compensation buffers on load;
+/// here each tensor comes back at the dtype it was saved at where the device runs that dtype.
+/// (`ModuleOptimizer::load_record` loads onto `Device::default()`, which can be another device
+/// than the one training runs on; there a bf16 tensor comes back at f32, exactly, and the next
+/// step stores it at bf16 again.) The leaves are named as the derive names them.
+impl RecordState for LowPrecisionState {
+    fn state_flatten(&self, prefix: &str, out: &mut StateSink) {
+        out.push_scalar(prefix, SLOTS_LEN, Scalar::from(self.slots.len()));
+        for (index, slot) in self.slots.iter().enumerate() {
+            out.push_tensor(prefix, &join_index(SLOTS, index), slot.to_data());
+        }
+        if let Some(compensation) = &self.compensation {
+            out.push_tensor(prefix, COMPENSATION, compensation.to_data());
+        }
+        out.push_scalar(prefix, STREAM, Scalar::from(self.stream));
+        out.push_scalar(prefix, DRAWS, Scalar::from(self.draws));
+    }
+
+    fn state_unflatten(prefix: &str, src: &mut StateSource, device: &Device) -> Option<Self> {
+        let tensor = |data: TensorData| {
+            let dtype = data.dtype();
+            if device.supports_dtype(dtype) {
+                Tensor::<1>::from_data(data, (device, dtype))
+            } else {
+                Tensor::<1>::from_data(data, device)
+            }
+        };
+        let len = usize::try_from(src.take_scalar(prefix, SLOTS_LEN)?).ok()?;
+        let slots = (0..len)
+            .map(|index| {
+                src.take_tensor(prefix, &join_index(SLOTS, index))
+                    .map(tensor)
+            })
+            .collect::<Option<Vec<_>>>()?;
+        let compensation = src.take_tensor(prefix, COMPENSATION).map(tensor);
+        Some(Self {
+            slots,
+            compensation,
+            stream: u64::try_from(src.take_scalar(prefix, STREAM)?).ok()?,
+            draws: u64::try_from(src.take_scalar(prefix, DRAWS)?).ok()?,
+        })
+    }
+}

@@ -1,0 +1,208 @@
+//! Where the parameters are kept, and what they and the optimizer's state hold in bytes.
+
+use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
+use burn::optim::ModuleOptimizer;
+use burn::tensor::{FloatDType, Tensor};
+use burn_mpric_core::optim::MasterWeights;
+use burn_store::burn_pack::Reader;
+
+use super::optimizer::LowPrecisionState;
+use crate::dtype::{plain_float, stored_dtype};
+
+/// `module` with its float parameters stored at the dtype `master` keeps them at: bf16 for
+/// stochastic rounding and Kahan, unchanged for f32 master weights. Call it on a new model and
+/// on one loaded from a checkpoint, so that every step sees the same dtypes; under
+/// [`autocast`](crate::autocast()), after autocasting (which stores parameters at the policy's
+/// param dtype). Each parameter keeps its id, whether it takes a gradient and its
+/// reparameterization; one not yet initialized stays lazy.
+///
+/// # Example
+///
+/// ```
+/// use burn::nn::LinearConfig;
+/// use burn::tensor::{DType, Device};
+/// use burn_mpric_022::optim::{MasterWeights, store_params};
+///
+/// let model = LinearConfig::new(2, 2).init(&Device::flex());
+/// let model = store_params(MasterWeights::Stochastic, model);
+/// assert_eq!(model.weight.val().dtype(), DType::BF16);
+/// let model = store_params(MasterWeights::F32, model); // f32 master weights leave it as it is
+/// assert_eq!(model.weight.val().dtype(), DType::BF16);
+/// ```
+pub fn store_params<M: Module>(master: MasterWeights, module: M) -> M {
+    if master.is_bf16() {
+        module.map(&mut StoreParams::bf16())
+    } else {
+        module
+    }
+}
+
+/// Casts every float parameter's stored value to one dtype, keeping its id, whether it takes a
+/// gradient and its reparameterization (a module mapper sees the stored value only).
+struct StoreParams {
+    dtype: FloatDType,
+}
+
+impl StoreParams {
+    fn bf16() -> Self {
+        Self {
+            dtype: FloatDType::BF16,
+        }
+    }
+}
+
+impl ModuleMapper for StoreParams {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+        if plain_float(stored_dtype(&param)).is_none() {
+            return param; // quantized: never cast
+        }
+        let dtype = self.dtype;
+        // A new leaf at `dtype` (casting a tracked leaf would make a non-leaf, whose gradient
+        // would flow to the old value); a lazy parameter stays lazy.
+        param.init_mapper(move |tensor| {
+            let require_grad = tensor.is_require_grad();
+            let tensor = tensor.cast(dtype).detach();
+            if require_grad {
+                tensor.require_grad()
+            } else {
+                tensor
+            }
+        })
+    }
+}
+
+/// The bytes a trained model holds between steps, read from its tensors' dtypes and sizes:
+/// the parameters, and the optimizer's state (moments, velocities, compensation buffers).
+/// Scalars kept beside the state as tensors (Adam's betas' powers) count too.
+///
+/// # Example
+///
+/// ```
+/// use burn_mpric_022::optim::HeldBytes;
+///
+/// let held = HeldBytes { params: 8, state: 16, elements: 2 };
+/// assert_eq!(held.per_parameter(), 12.0);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HeldBytes {
+    /// The parameters' bytes.
+    pub params: usize,
+    /// The optimizer state's bytes.
+    pub state: usize,
+    /// The number of parameter elements.
+    pub elements: usize,
+}
+
+impl HeldBytes {
+    /// Parameters and state, per parameter element.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_022::optim::HeldBytes;
+    ///
+    /// assert_eq!(HeldBytes::default().per_parameter(), 0.0);
+    /// ```
+    pub fn per_parameter(&self) -> f64 {
+        if self.elements == 0 {
+            return 0.0;
+        }
+        (self.params + self.state) as f64 / self.elements as f64
+    }
+}
+
+/// The stored parameters' bytes and elements, read without initializing a lazy parameter.
+struct ParamBytes {
+    bytes: usize,
+    elements: usize,
+}
+
+impl ModuleVisitor for ParamBytes {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        let elements = param.lazy_shape().num_elements();
+        self.elements += elements;
+        self.bytes += elements * stored_dtype(param).size();
+    }
+}
+
+fn tensor_bytes(tensor: &Tensor<1>) -> usize {
+    tensor.shape().num_elements() * tensor.dtype().size()
+}
+
+impl LowPrecisionState {
+    /// The bytes this state holds.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::tensor::{Device, FloatDType, Tensor};
+    /// use burn_mpric_022::optim::LowPrecisionState;
+    ///
+    /// let moment = Tensor::<1>::zeros([10], &Device::flex()).cast(FloatDType::BF16);
+    /// let state = LowPrecisionState { slots: vec![moment], compensation: None, stream: 0, draws: 0 };
+    /// assert_eq!(state.bytes(), 20);
+    /// ```
+    pub fn bytes(&self) -> usize {
+        self.slots.iter().map(tensor_bytes).sum::<usize>()
+            + self.compensation.as_ref().map_or(0, tensor_bytes)
+    }
+}
+
+/// What `module` (its stored parameters) and `optim` hold, in bytes, read from the tensors'
+/// dtypes and sizes.
+///
+/// Burn 0.22's `ModuleOptimizer` keeps each parameter's state type-erased and its record's
+/// tensors private, so the state is read from the record as Burn saves it (burnpack): every
+/// tensor of the state, whatever optimizer made it (a [`LowPrecisionOptimizer`](super::LowPrecisionOptimizer)
+/// or one of Burn's). That reads the state to the host once; to count without a read, sum
+/// [`LowPrecisionState::bytes`] over the states you hold.
+///
+/// # Panics
+///
+/// If Burn cannot write the optimizer's record to memory or read it back, which for a record
+/// it has just made in memory would be a bug in Burn.
+///
+/// # Example
+///
+/// ```
+/// use burn::nn::LinearConfig;
+/// use burn::optim::GradientsParams;
+/// use burn::tensor::{Device, Tensor};
+/// use burn_mpric_022::optim::{LowPrecisionOptimizer, MasterWeights, OptimizerPrecision, StateDtype, held_bytes};
+/// use burn_mpric_core::scale::DeviceAdamConfig;
+///
+/// let device = Device::flex().autodiff();
+/// let precision = OptimizerPrecision::new(StateDtype::Bf16, MasterWeights::F32);
+/// let lp = LowPrecisionOptimizer::new(DeviceAdamConfig::new(), precision).unwrap();
+/// let model = LinearConfig::new(3, 2).init(&device);
+/// let mut optim = lp.init();
+/// let held = held_bytes(&model, &optim);
+/// assert_eq!((held.elements, held.params, held.state), (8, 32, 0)); // no step taken yet
+///
+/// let loss = model.forward(Tensor::<2>::ones([1, 3], &device)).sum();
+/// let grads = GradientsParams::from_grads(loss.backward(), &model);
+/// let model = optim.step(1e-2, model, grads);
+/// // Two bf16 moments per element, and each parameter's two f32 powers of the betas.
+/// assert_eq!(held_bytes(&model, &optim).state, 8 * 2 * 2 + 2 * 2 * 4);
+/// ```
+pub fn held_bytes<M: Module>(module: &M, optim: &ModuleOptimizer) -> HeldBytes {
+    let mut params = ParamBytes {
+        bytes: 0,
+        elements: 0,
+    };
+    module.visit(&mut params);
+    let record = optim
+        .into_bytes()
+        .expect("Burn writes an optimizer record to memory");
+    let state = Reader::from_bytes(record)
+        .and_then(Reader::into_tensors)
+        .expect("Burn reads back the optimizer record it wrote")
+        .iter()
+        .map(|tensor| tensor.byte_len())
+        .sum();
+    HeldBytes {
+        params: params.bytes,
+        state,
+        elements: params.elements,
+    }
+}
