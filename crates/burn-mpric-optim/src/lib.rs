@@ -58,4 +58,4 @@ pub use burn_mpric_core::optim::{
 };
 pub use optimizer::{LowPrecisionOptimizer, LowPrecisionState};
 pub use round::{kahan_split, stochastic_round};
-pub use storage::{HeldBytes, held_bytes};
+pub use storage::{HeldBytes, held_bytes, store_params};

@@ -9,14 +9,14 @@ use burn::optim::SimpleOptimizer;
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::record::Record;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{FloatDType, Tensor, TensorData};
+use burn::tensor::{FloatDType, Shape, Tensor, TensorData};
 use burn_mpric_core::optim::{
     BytesPerParameter, MasterWeights, OptimizerPrecision, PrecisionError, RoundingStream,
 };
 use burn_mpric_scale::{BurnDType, DeviceRule};
 
 use crate::round::{kahan_split, stochastic_round};
-use crate::storage::StoreParams;
+use crate::storage::store_params;
 
 /// An update rule (Adam, AdamW, SGD: [`DeviceAdamConfig`](burn_mpric_scale::DeviceAdamConfig),
 /// [`DeviceAdamWConfig`](burn_mpric_scale::DeviceAdamWConfig),
@@ -49,9 +49,10 @@ pub struct LowPrecisionOptimizer<R> {
     next_stream: Arc<AtomicU64>,
 }
 
-/// One parameter's state under a [`LowPrecisionOptimizer`]: the rule's state tensors (flat; the
-/// per-element ones at the state dtype), the compensation buffer (Kahan), and the position in
-/// the rounding stream (stochastic rounding).
+/// One parameter's state under a [`LowPrecisionOptimizer`]: the rule's per-element state
+/// tensors (Adam's moments, SGD's velocity) in the parameter's shape at the state dtype, its
+/// one-element state (Adam's betas' powers, which stand for its step count) at f32, the
+/// compensation buffer (Kahan), and the position in the rounding stream.
 ///
 /// # Example
 ///
@@ -59,15 +60,19 @@ pub struct LowPrecisionOptimizer<R> {
 /// use burn::backend::Flex;
 /// use burn_mpric_optim::LowPrecisionState;
 ///
-/// let fresh = LowPrecisionState::<Flex> { slots: Vec::new(), compensation: None, stream: 3, draws: 0 };
+/// let fresh = LowPrecisionState::<Flex, 2> {
+///     slots: Vec::new(), scalars: Vec::new(), compensation: None, stream: 3, draws: 0,
+/// };
 /// assert_eq!(fresh.stream, 3);
 /// ```
 #[derive(Record, Clone)]
-pub struct LowPrecisionState<B: Backend> {
-    /// The rule's state tensors, flat.
-    pub slots: Vec<Tensor<B, 1>>,
-    /// What rounding the weight to bf16 dropped (Kahan only), flat, at bf16.
-    pub compensation: Option<Tensor<B, 1>>,
+pub struct LowPrecisionState<B: Backend, const D: usize> {
+    /// The rule's per-element state tensors, in the parameter's shape.
+    pub slots: Vec<Tensor<B, D>>,
+    /// The rule's one-element state tensors, at f32.
+    pub scalars: Vec<Tensor<B, 1>>,
+    /// What rounding the weight to bf16 dropped (Kahan only), at bf16.
+    pub compensation: Option<Tensor<B, D>>,
     /// This parameter's stream of stochastic rounding.
     pub stream: u64,
     /// The steps taken so far: the next draw from the stream.
@@ -148,11 +153,7 @@ impl<R: DeviceRule> LowPrecisionOptimizer<R> {
     /// assert_eq!(model.weight.val().dtype(), DType::BF16);
     /// ```
     pub fn store_params<B: Backend, M: Module<B>>(&self, module: M) -> M {
-        if self.precision.master.is_bf16() {
-            module.map(&mut StoreParams::<B>::bf16())
-        } else {
-            module
-        }
+        store_params(self.precision.master, module)
     }
 
     /// The Burn `Optimizer` for a module `M` trained on `B`, its rounding streams numbered
@@ -183,9 +184,19 @@ impl<R: DeviceRule> LowPrecisionOptimizer<R> {
         })
     }
 
-    fn fresh<B: Backend>(&self, len: usize, device: &B::Device) -> LowPrecisionState<B> {
+    fn fresh<B: Backend, const D: usize>(
+        &self,
+        shape: &Shape,
+        device: &B::Device,
+    ) -> LowPrecisionState<B, D> {
+        let mut slots = self.rule.init_state(shape.num_elements(), device);
+        let scalars = slots.split_off(self.rule.elementwise_slots());
         LowPrecisionState {
-            slots: self.rule.init_state(len, device),
+            slots: slots
+                .into_iter()
+                .map(|slot| slot.reshape(shape.clone()))
+                .collect(),
+            scalars,
             compensation: None,
             stream: self.next_stream.fetch_add(1, Ordering::Relaxed),
             draws: 0,
@@ -194,7 +205,7 @@ impl<R: DeviceRule> LowPrecisionOptimizer<R> {
 }
 
 impl<B: Backend, R: DeviceRule> SimpleOptimizer<B> for LowPrecisionOptimizer<R> {
-    type State<const D: usize> = LowPrecisionState<B>;
+    type State<const D: usize> = LowPrecisionState<B, D>;
 
     fn step<const D: usize>(
         &self,
@@ -207,32 +218,25 @@ impl<B: Backend, R: DeviceRule> SimpleOptimizer<B> for LowPrecisionOptimizer<R> 
         let len = shape.num_elements();
         let device = tensor.device();
         let param_dtype = tensor.dtype();
-        let state = state.unwrap_or_else(|| self.fresh(len, &device));
+        let state = state.unwrap_or_else(|| self.fresh(&shape, &device));
 
         let mut weight = tensor.reshape([len]).cast(FloatDType::F32);
         if let Some(compensation) = state.compensation {
-            weight = weight.add(compensation.cast(FloatDType::F32));
+            weight = weight.add(compensation.reshape([len]).cast(FloatDType::F32));
         }
         let grad = grad.reshape([len]).cast(FloatDType::F32);
-        let slots = state
+        let flat = state
             .slots
             .into_iter()
-            .map(|slot| slot.cast(FloatDType::F32))
+            .map(|slot| slot.reshape([len]).cast(FloatDType::F32))
+            .chain(state.scalars)
             .collect();
-        let (weight, slots) = self.rule.update(lr, weight, grad, slots);
-
+        let (weight, mut slots) = self.rule.update(lr, weight, grad, flat);
+        let scalars = slots.split_off(self.rule.elementwise_slots());
         let stored = self.precision.state.dtype().to_burn();
-        let elementwise = self.rule.elementwise_slots();
         let slots = slots
             .into_iter()
-            .enumerate()
-            .map(|(i, slot)| {
-                if i < elementwise {
-                    slot.cast(stored)
-                } else {
-                    slot
-                }
-            })
+            .map(|slot| slot.cast(stored).reshape(shape.clone()))
             .collect();
 
         let uniforms = || {
@@ -250,7 +254,8 @@ impl<B: Backend, R: DeviceRule> SimpleOptimizer<B> for LowPrecisionOptimizer<R> 
         };
         let state = LowPrecisionState {
             slots,
-            compensation,
+            scalars,
+            compensation: compensation.map(|c| c.reshape(shape.clone())),
             stream: state.stream,
             draws: state.draws + 1,
         };
@@ -263,6 +268,11 @@ impl<B: Backend, R: DeviceRule> SimpleOptimizer<B> for LowPrecisionOptimizer<R> 
                 .slots
                 .into_iter()
                 .map(|slot| slot.to_device(device))
+                .collect(),
+            scalars: state
+                .scalars
+                .into_iter()
+                .map(|scalar| scalar.to_device(device))
                 .collect(),
             compensation: state.compensation.map(|c| c.to_device(device)),
             ..state

@@ -2,15 +2,43 @@
 
 use std::marker::PhantomData;
 
-use burn::module::{ModuleMapper, ModuleVisitor, Param};
+use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::optim::Optimizer;
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::record::{AdaptorRecord, AdaptorRecordV1};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{FloatDType, Tensor};
+use burn_mpric_core::optim::MasterWeights;
 use burn_mpric_scale::DeviceRule;
 
 use crate::optimizer::{LowPrecisionOptimizer, LowPrecisionState};
+
+/// `module` with its float parameters at the dtype `master` keeps them at: bf16 for
+/// stochastic rounding and Kahan, unchanged for f32 master weights. Call it on a new model and
+/// on one loaded from a checkpoint (Burn's recorders load at f32), so that every step sees the
+/// same dtypes.
+///
+/// # Example
+///
+/// ```
+/// use burn::backend::Flex;
+/// use burn::nn::{Linear, LinearConfig};
+/// use burn::tensor::DType;
+/// use burn_mpric_optim::{MasterWeights, store_params};
+///
+/// let model: Linear<Flex> = LinearConfig::new(2, 2).init(&Default::default());
+/// let model = store_params(MasterWeights::Stochastic, model);
+/// assert_eq!(model.weight.val().dtype(), DType::BF16);
+/// let model = store_params(MasterWeights::F32, model); // f32 master weights leave it as it is
+/// assert_eq!(model.weight.val().dtype(), DType::BF16);
+/// ```
+pub fn store_params<B: Backend, M: Module<B>>(master: MasterWeights, module: M) -> M {
+    if master.is_bf16() {
+        module.map(&mut StoreParams::<B>::bf16())
+    } else {
+        module
+    }
+}
 
 /// Casts every float parameter to one dtype, keeping its id and whether it takes a gradient.
 pub(crate) struct StoreParams<B> {
@@ -93,11 +121,11 @@ impl<B: Backend> ModuleVisitor<B> for ParamBytes {
     }
 }
 
-fn tensor_bytes<B: Backend>(tensor: &Tensor<B, 1>) -> usize {
+fn tensor_bytes<B: Backend, const D: usize>(tensor: &Tensor<B, D>) -> usize {
     tensor.shape().num_elements() * tensor.dtype().size()
 }
 
-impl<B: Backend> LowPrecisionState<B> {
+impl<B: Backend, const D: usize> LowPrecisionState<B, D> {
     /// The bytes this state holds.
     ///
     /// # Example
@@ -109,11 +137,12 @@ impl<B: Backend> LowPrecisionState<B> {
     ///
     /// let device = Default::default();
     /// let moment = Tensor::<Flex, 1>::zeros([10], &device).cast(FloatDType::BF16);
-    /// let state = LowPrecisionState { slots: vec![moment], compensation: None, stream: 0, draws: 0 };
+    /// let state = LowPrecisionState { slots: vec![moment], scalars: Vec::new(), compensation: None, stream: 0, draws: 0 };
     /// assert_eq!(state.bytes(), 20);
     /// ```
     pub fn bytes(&self) -> usize {
         self.slots.iter().map(tensor_bytes).sum::<usize>()
+            + self.scalars.iter().map(tensor_bytes).sum::<usize>()
             + self.compensation.as_ref().map_or(0, tensor_bytes)
     }
 }

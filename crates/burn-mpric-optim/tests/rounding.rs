@@ -100,7 +100,7 @@ fn run<R: DeviceRule>(
     let len = start.dims()[0];
     let grad = Tensor::<Flex, 1>::full([len], grad, &Default::default());
     let mut weight = start;
-    let mut state: Option<LowPrecisionState<Flex>> = None;
+    let mut state: Option<LowPrecisionState<Flex, 1>> = None;
     for _ in 0..steps {
         let (w, s) = optim.step(lr, weight, grad.clone(), state);
         (weight, state) = (w, s);
@@ -209,14 +209,19 @@ fn state_is_stored_at_bf16_and_its_scalars_at_f32() {
     let (weight, state) = optim.step(1e-2, weight, grad, None);
     let state = state.unwrap();
     assert_eq!(weight.dtype(), burn::tensor::DType::BF16);
-    let dtypes: Vec<_> = state
-        .slots
-        .iter()
-        .map(|s| (s.dtype(), s.dims()[0]))
-        .collect();
     use burn::tensor::DType::{BF16, F32};
-    assert_eq!(dtypes, vec![(BF16, 15), (BF16, 15), (F32, 1), (F32, 1)]);
-    assert_eq!(state.compensation.as_ref().map(|c| c.dtype()), Some(BF16));
+    let slots: Vec<_> = state.slots.iter().map(|s| (s.dtype(), s.dims())).collect();
+    assert_eq!(slots, vec![(BF16, [3, 5]), (BF16, [3, 5])]);
+    let scalars: Vec<_> = state
+        .scalars
+        .iter()
+        .map(|s| (s.dtype(), s.dims()))
+        .collect();
+    assert_eq!(scalars, vec![(F32, [1]), (F32, [1])]);
+    assert_eq!(
+        state.compensation.as_ref().map(|c| (c.dtype(), c.dims())),
+        Some((BF16, [3, 5]))
+    );
     // Moments 2 x 2 bytes, compensation 2, the two f32 powers.
     assert_eq!(state.bytes(), 15 * 6 + 8);
 }

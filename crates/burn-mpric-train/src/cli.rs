@@ -442,6 +442,7 @@ fn summary_text(plan: &Plan, s: &Summary) -> String {
             eval.predictions
         );
     }
+    let _ = writeln!(o, "  {}", plan.recipe.optimizer.memory());
     let _ = writeln!(
         o,
         "  skipped steps {}, final loss scale {}",

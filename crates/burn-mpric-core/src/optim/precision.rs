@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 /// assert!(refused.contains("underflow"), "{refused}");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(try_from = "String", into = "String")]
 pub enum StateDtype {
     /// f32, as Burn's optimizers keep it (the default).
     #[default]
@@ -45,7 +45,7 @@ pub enum StateDtype {
 /// assert!("bf16".parse::<MasterWeights>().is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(try_from = "String", into = "String")]
 pub enum MasterWeights {
     /// Parameters at f32, as today (the default): the master copy is the parameter.
     #[default]
@@ -369,6 +369,36 @@ impl fmt::Display for OptimizerPrecision {
     }
 }
 
+// Text in and out, so that a recipe's bad value gets the reason (f16 state) and the accepted
+// names in the parser's own words.
+impl TryFrom<String> for StateDtype {
+    type Error = PrecisionError;
+
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        value.parse()
+    }
+}
+
+impl From<StateDtype> for String {
+    fn from(value: StateDtype) -> Self {
+        value.to_string()
+    }
+}
+
+impl TryFrom<String> for MasterWeights {
+    type Error = PrecisionError;
+
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        value.parse()
+    }
+}
+
+impl From<MasterWeights> for String {
+    fn from(value: MasterWeights) -> Self {
+        value.to_string()
+    }
+}
+
 impl FromStr for StateDtype {
     type Err = PrecisionError;
 
@@ -456,5 +486,14 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("stochastic or kahan"), "{err}");
+    }
+
+    #[test]
+    fn serde_speaks_the_text_form() {
+        let precision = OptimizerPrecision::new(StateDtype::Bf16, MasterWeights::Kahan);
+        let json = serde_json::to_string(&precision).unwrap();
+        assert_eq!(json, r#"{"state":"bf16","master":"kahan","seed":0}"#);
+        let err = serde_json::from_str::<StateDtype>(r#""f16""#).unwrap_err();
+        assert!(err.to_string().contains("underflow"), "{err}");
     }
 }

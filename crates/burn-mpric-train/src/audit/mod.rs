@@ -33,9 +33,10 @@ use crate::backend::{BackendTask, dispatch, mp_device};
 use crate::data::Sampler;
 use crate::error::Error;
 use crate::models::Model;
-use crate::optim::{Ad, OptimizerTask, with_optimizer};
+use crate::optim::{Ad, OptimizerTask, stored, with_optimizer};
 use crate::plan::Plan;
 use crate::recipe::BackendName;
+use crate::recipe::OptimizerMemory;
 
 /// Steps `mpric audit` measures unless told otherwise.
 pub const DEFAULT_AUDIT_STEPS: usize = 5;
@@ -61,6 +62,8 @@ pub struct RecipeAudit {
     /// When the trial failed, each verdict's overrides tried as a trial of their own (their
     /// `lines` are `--set` overrides); empty when the recipe trains as written.
     pub remedies: Vec<Remedy>,
+    /// What the recipe's optimizer keeps per parameter (state dtype, master weights, bytes).
+    pub optimizer_memory: OptimizerMemory,
 }
 
 impl RecipeAudit {
@@ -180,6 +183,7 @@ pub fn audit_recipe_with_trials(
         trial,
         hot_spots,
         remedies,
+        optimizer_memory: plan.recipe.optimizer.memory(),
     };
     let output = plan.recipe.output.as_path();
     std::fs::create_dir_all(output).map_err(|e| Error::io(output, e))?;
@@ -216,7 +220,7 @@ impl BackendTask for AuditTask<'_> {
         let device = mp_device::<Instrumented<B>>(device, measured, backend).map_err(in_file)?;
         let loss_scale = plan.scaler(policy).map_err(in_file)?.scale();
         let report = with_optimizer::<Instrumented<B>, _>(
-            plan.recipe.optimizer,
+            &plan.recipe,
             Steps {
                 plan,
                 steps: self.steps,
@@ -252,6 +256,7 @@ impl<B: Backend> OptimizerTask<B> for Steps<'_, B> {
         let recipe = &plan.recipe;
         let model =
             Model::<Ad<B>>::init_seeded(&recipe.model, plan.data.dims(), recipe.seed, &device);
+        let model = stored(recipe, model);
         let mut sampler = Sampler::new(&plan.data, recipe.seed, recipe.batch_size);
         let failed = RefCell::new(None);
         let config = AuditConfig::new(steps)

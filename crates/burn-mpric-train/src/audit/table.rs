@@ -60,6 +60,7 @@ pub fn table(found: &RecipeAudit) -> String {
         r.audited,
         r.measured_at
     );
+    let _ = writeln!(o, "{}", found.optimizer_memory);
     let _ = writeln!(
         o,
         "room: powers of two between the largest magnitude and the dtype's largest value (negative: overflow); backward values at the loss scale 2^{shift}"
@@ -238,6 +239,10 @@ mod tests {
             trial,
             hot_spots: vec![],
             remedies: vec![],
+            optimizer_memory: crate::recipe::OptimizerConfig::Adam(
+                crate::recipe::AdamSettings::new(1e-3),
+            )
+            .memory(),
         }
     }
 

@@ -13,7 +13,7 @@ use crate::backend::{BackendTask, dispatch, mp_device};
 use crate::data::Sampler;
 use crate::error::Error;
 use crate::models::Model;
-use crate::optim::{Ad, OptimizerTask, with_optimizer};
+use crate::optim::{Ad, OptimizerTask, stored, with_optimizer};
 use crate::plan::Plan;
 use crate::recipe::{BackendName, Recipe};
 
@@ -55,7 +55,7 @@ impl BackendTask for TrialTask<'_> {
             .with_max_consecutive_skips(0);
         let trial = Trial::new(policy.to_string(), scaler.scale(), self.steps);
         with_optimizer::<B, _>(
-            plan.recipe.optimizer,
+            &plan.recipe,
             TrialSteps {
                 plan,
                 device,
@@ -84,8 +84,9 @@ impl<B: Backend> OptimizerTask<B> for TrialSteps<'_, B> {
             mut trial,
         } = self;
         let recipe = &plan.recipe;
-        let mut model =
+        let model =
             Model::<Ad<B>>::init_seeded(&recipe.model, plan.data.dims(), recipe.seed, &device);
+        let mut model = stored(recipe, model);
         let mut sampler = Sampler::new(&plan.data, recipe.seed, recipe.batch_size);
         let failed = RefCell::new(None);
         for step in 0..trial.steps {

@@ -576,7 +576,7 @@ impl Checkpoint {
             }
         }
         let params = with_optimizer::<Flex, _>(
-            state.recipe.optimizer,
+            &state.recipe,
             Load {
                 plan,
                 files,

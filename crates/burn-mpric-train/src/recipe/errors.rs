@@ -252,6 +252,20 @@ fn field_help(path: &str) -> Option<Help> {
             "momentum = 0.9 under [optimizer]",
         ),
         "optimizer.nesterov" => help("`true` or `false`", "nesterov = true under [optimizer]"),
+        "optimizer.state" => help(
+            format!(
+                "{} (the dtype the optimizer's state is stored at)",
+                one_of(&["f32", "bf16"])
+            ),
+            "state = \"bf16\" under [optimizer]",
+        ),
+        "optimizer.master" => help(
+            format!(
+                "{} (parameters at f32, or at bf16 updated by stochastic rounding or a compensated update)",
+                one_of(&["f32", "stochastic", "kahan"])
+            ),
+            "master = \"stochastic\" under [optimizer]",
+        ),
         "schedule" => help(
             "a [schedule] table with `kind`, `warmup_steps` and `min_lr`",
             "kind = \"cosine\" under [schedule]",
@@ -446,17 +460,40 @@ const KIND_FIELDS: [(&str, &str, &[&str]); 6] = [
     (
         "optimizer",
         "adam",
-        &["lr", "weight_decay", "beta1", "beta2", "epsilon"],
+        &[
+            "lr",
+            "weight_decay",
+            "beta1",
+            "beta2",
+            "epsilon",
+            "state",
+            "master",
+        ],
     ),
     (
         "optimizer",
         "adamw",
-        &["lr", "weight_decay", "beta1", "beta2", "epsilon"],
+        &[
+            "lr",
+            "weight_decay",
+            "beta1",
+            "beta2",
+            "epsilon",
+            "state",
+            "master",
+        ],
     ),
     (
         "optimizer",
         "sgd",
-        &["lr", "weight_decay", "momentum", "nesterov"],
+        &[
+            "lr",
+            "weight_decay",
+            "momentum",
+            "nesterov",
+            "state",
+            "master",
+        ],
     ),
 ];
 

@@ -38,7 +38,7 @@ pub use dataset::{
     MAX_IMAGE_SIZE, TaskKind,
 };
 pub use model::{ConvConfig, MlpConfig, ModelConfig, TransformerLmConfig};
-pub use optimizer::{AdamSettings, OptimizerConfig, SgdSettings};
+pub use optimizer::{AdamSettings, OptimizerConfig, OptimizerMemory, SgdSettings};
 
 use std::collections::BTreeMap;
 use std::fmt;

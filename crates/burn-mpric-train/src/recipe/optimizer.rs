@@ -4,6 +4,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use burn_mpric_optim::{BytesPerParameter, MasterWeights, OptimizerPrecision, StateDtype};
+
 use super::{MAX_LR, show, unit};
 use crate::error::RecipeError;
 
@@ -56,6 +58,14 @@ pub struct AdamSettings {
     /// ε (default 1e-8).
     #[serde(default = "AdamSettings::default_epsilon")]
     pub epsilon: f64,
+    /// The dtype the optimizer's state (moments, velocity) is stored at between steps: `f32`
+    /// (default) or `bf16`; each step computes at f32.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub state: StateDtype,
+    /// How the parameters are kept: `f32` (default), or at bf16 with no f32 copy, updated by
+    /// `stochastic` rounding or a `kahan` (compensated) update.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub master: MasterWeights,
 }
 
 /// The settings of [`OptimizerConfig::Sgd`].
@@ -73,6 +83,18 @@ pub struct SgdSettings {
     /// Nesterov momentum (default false; needs `momentum` > 0).
     #[serde(default)]
     pub nesterov: bool,
+    /// The dtype the optimizer's state (moments, velocity) is stored at between steps: `f32`
+    /// (default) or `bf16`; each step computes at f32.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub state: StateDtype,
+    /// How the parameters are kept: `f32` (default), or at bf16 with no f32 copy, updated by
+    /// `stochastic` rounding or a `kahan` (compensated) update.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub master: MasterWeights,
+}
+
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
 }
 
 impl AdamSettings {
@@ -90,6 +112,8 @@ impl AdamSettings {
             beta1: Self::default_beta1(),
             beta2: Self::default_beta2(),
             epsilon: Self::default_epsilon(),
+            state: StateDtype::F32,
+            master: MasterWeights::F32,
         }
     }
 
@@ -120,6 +144,8 @@ impl SgdSettings {
             weight_decay: 0.0,
             momentum: 0.0,
             nesterov: false,
+            state: StateDtype::F32,
+            master: MasterWeights::F32,
         }
     }
 }
@@ -169,6 +195,54 @@ impl OptimizerConfig {
         }
     }
 
+    /// The state dtype and master weights (seed 0; the run seeds them with the recipe's seed).
+    ///
+    /// ```
+    /// use burn_mpric_train::recipe::OptimizerConfig;
+    ///
+    /// let adam: OptimizerConfig = serde_json::from_str(r#"{"kind": "adam", "lr": 1e-3, "state": "bf16", "master": "kahan"}"#).unwrap();
+    /// assert_eq!(adam.precision().to_string(), "state=bf16,master=kahan");
+    /// ```
+    pub fn precision(&self) -> OptimizerPrecision {
+        let (state, master) = match self {
+            OptimizerConfig::Adam(s) | OptimizerConfig::AdamW(s) => (s.state, s.master),
+            OptimizerConfig::Sgd(s) => (s.state, s.master),
+        };
+        OptimizerPrecision::new(state, master)
+    }
+
+    /// The number of per-element state tensors the optimizer keeps (Adam 2, SGD with momentum 1,
+    /// plain SGD 0).
+    ///
+    /// ```
+    /// use burn_mpric_train::recipe::{OptimizerConfig, SgdSettings};
+    ///
+    /// assert_eq!(OptimizerConfig::Sgd(SgdSettings::new(0.1)).state_slots(), 0);
+    /// ```
+    pub fn state_slots(&self) -> usize {
+        match self {
+            OptimizerConfig::Adam(_) | OptimizerConfig::AdamW(_) => 2,
+            OptimizerConfig::Sgd(s) => usize::from(s.momentum > 0.0),
+        }
+    }
+
+    /// What the optimizer keeps per parameter (see [`OptimizerMemory`]).
+    ///
+    /// ```
+    /// use burn_mpric_train::recipe::{AdamSettings, OptimizerConfig};
+    ///
+    /// assert_eq!(OptimizerConfig::Adam(AdamSettings::new(1e-3)).memory().bytes_per_parameter.total(), 16);
+    /// ```
+    pub fn memory(&self) -> OptimizerMemory {
+        let precision = self.precision();
+        OptimizerMemory {
+            optimizer: self.kind(),
+            state: precision.state,
+            master: precision.master,
+            bytes_per_parameter: precision.bytes_per_parameter(self.state_slots()),
+        }
+    }
+
     /// Checks the settings' ranges; the error names the field.
     ///
     /// ```
@@ -180,8 +254,17 @@ impl OptimizerConfig {
     /// assert_eq!(bad.validate().unwrap_err().field, "optimizer.lr");
     /// let bad = OptimizerConfig::Sgd(SgdSettings { nesterov: true, ..SgdSettings::new(0.1) });
     /// assert_eq!(bad.validate().unwrap_err().field, "optimizer.nesterov");
+    /// let bad = OptimizerConfig::Sgd(SgdSettings { state: "bf16".parse().unwrap(), ..SgdSettings::new(0.1) });
+    /// assert_eq!(bad.validate().unwrap_err().field, "optimizer.state");
     /// ```
     pub fn validate(&self) -> Result<(), RecipeError> {
+        let name = match self {
+            OptimizerConfig::Sgd(_) if self.state_slots() == 0 => "sgd without momentum",
+            other => other.kind(),
+        };
+        self.precision()
+            .check_for(name, self.state_slots())
+            .map_err(|e| RecipeError::new("optimizer.state", e.to_string()))?;
         let lr = self.lr();
         if !(lr > 0.0 && lr <= MAX_LR) {
             return Err(RecipeError::new(
@@ -240,6 +323,50 @@ impl OptimizerConfig {
             OptimizerConfig::AdamW(s) => OptimizerConfig::AdamW(AdamSettings { weight_decay, ..s }),
             OptimizerConfig::Sgd(s) => OptimizerConfig::Sgd(s),
         }
+    }
+}
+
+/// What the optimizer keeps per parameter between steps: its state's dtype, how parameters are
+/// kept, and the bytes that makes per parameter, shown in the run summary and the audit.
+///
+/// ```
+/// use burn_mpric_train::recipe::OptimizerConfig;
+///
+/// let adam: OptimizerConfig = serde_json::from_str(r#"{"kind": "adam", "lr": 1e-3, "state": "bf16", "master": "stochastic"}"#).unwrap();
+/// let memory = adam.memory();
+/// assert_eq!(memory.bytes_per_parameter.total(), 8);
+/// assert_eq!(memory.to_string(), "optimizer adam, state bf16, master weights stochastic: 8 bytes per parameter (parameter 2, gradient 2, state 4)");
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OptimizerMemory {
+    /// The optimizer's kind.
+    pub optimizer: &'static str,
+    /// The dtype its state is stored at.
+    pub state: StateDtype,
+    /// How parameters are kept.
+    pub master: MasterWeights,
+    /// The bytes per parameter: parameter, gradient, state, compensation.
+    pub bytes_per_parameter: BytesPerParameter,
+}
+
+impl fmt::Display for OptimizerMemory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = &self.bytes_per_parameter;
+        write!(
+            f,
+            "optimizer {}, state {}, master weights {}: {} bytes per parameter (parameter {}, gradient {}, state {}",
+            self.optimizer,
+            self.state,
+            self.master,
+            b.total(),
+            b.param,
+            b.grad,
+            b.state
+        )?;
+        if b.compensation > 0 {
+            write!(f, ", compensation {}", b.compensation)?;
+        }
+        f.write_str(")")
     }
 }
 

@@ -60,7 +60,7 @@ pub(crate) fn train<B: Backend>(
                 s.spawn(move || {
                     let _registered = Registered::new(PeerId::from(peer), &device, count)?;
                     with_optimizer::<B, _>(
-                        run.plan.recipe.optimizer,
+                        &run.plan.recipe,
                         Loop {
                             run,
                             replicas: vec![device],

@@ -61,7 +61,7 @@ impl BackendTask for Run<'_> {
             None => Peers::Local,
         };
         with_optimizer::<B, _>(
-            self.plan.recipe.optimizer,
+            &self.plan.recipe,
             Loop {
                 run: self,
                 replicas,

@@ -19,7 +19,7 @@ use crate::data::Sampler;
 use crate::error::{Error, RecipeError};
 use crate::models::Model;
 use crate::models::evaluate::evaluate;
-use crate::optim::{Ad, OptimizerTask};
+use crate::optim::{Ad, OptimizerTask, stored};
 use crate::plan::Plan;
 use crate::recipe::BackendConfig;
 use crate::report::metrics::{EvalRow, StepRow};
@@ -323,6 +323,9 @@ where
             0,
         ),
     };
+    // bf16 master weights are bf16 from the first step, and again after a checkpoint
+    // (which loads at f32), so a resumed run sees the dtypes the uninterrupted one saw.
+    model = stored(recipe, model);
     // The run stops itself at the recipe's `max_consecutive_skips`, with its reports written
     // and its last checkpoint named.
     scaler = scaler.with_max_consecutive_skips(0);

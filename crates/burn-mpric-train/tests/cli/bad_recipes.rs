@@ -252,6 +252,33 @@ fn cases() -> Vec<Case> {
             expect: &["dataset.name", "iris, winequality, diabetes"],
         },
         Case {
+            name: "unknown optimizer state dtype",
+            recipe: edit("lr = 0.003", "lr = 0.003\nstate = \"int8\""),
+            args: &[],
+            expect: &["optimizer.state", "\"int8\"", "expected f32 or bf16"],
+        },
+        Case {
+            name: "optimizer state at f16",
+            recipe: edit("lr = 0.003", "lr = 0.003\nstate = \"f16\""),
+            args: &[],
+            expect: &["optimizer.state", "refused", "underflow", "bf16"],
+        },
+        Case {
+            name: "unknown master weights",
+            recipe: Some(base()),
+            args: &["--set", "optimizer.master=bf16"],
+            expect: &["optimizer.master", "expected f32, stochastic or kahan"],
+        },
+        Case {
+            name: "a state dtype for an optimizer without state",
+            recipe: edit(
+                "kind = \"adam\"\nlr = 0.003",
+                "kind = \"sgd\"\nlr = 0.003\nstate = \"bf16\"",
+            ),
+            args: &[],
+            expect: &["optimizer.state", "sgd without momentum keeps no state"],
+        },
+        Case {
             name: "malformed --set",
             recipe: Some(base()),
             args: &["--set", "steps"],

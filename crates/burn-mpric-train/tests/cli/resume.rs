@@ -289,3 +289,39 @@ momentum = 0.9
     let last = run.state.steps.last().unwrap().loss.unwrap();
     assert!(last < 1.0, "the conv net did not learn: {last}");
 }
+
+#[test]
+fn bf16_optimizer_state_and_master_weights_resume_exactly_and_stay_bf16() {
+    for (master, bytes) in [("stochastic", 8), ("kahan", 10)] {
+        let text = recipe("kind = \"cosine\"\nwarmup_steps = 5").replacen(
+            "lr = 0.003",
+            &format!("lr = 0.003\nstate = \"bf16\"\nmaster = \"{master}\""),
+            1,
+        );
+        let dir = fresh_dir(&format!("resume-bf16-{master}"));
+        let path = write_recipe(&dir, "r.toml", &text);
+        let out = run_ok(
+            &dir,
+            &[
+                "train",
+                path.to_str().unwrap(),
+                "--set",
+                "output=summary",
+                "--set",
+                "steps=8",
+            ],
+        );
+        let line = format!("state bf16, master weights {master}: {bytes} bytes per parameter");
+        assert!(out.contains(&line), "{out}");
+
+        let found = split_equals_straight(&format!("resume-split-{master}"), &text, 20);
+        assert!(found.state.scaler.stats.skipped > 0);
+        // Every parameter is a bf16 value: the low 16 bits of its f32 form are zero.
+        let values: Vec<f32> = found.params.iter().flatten().copied().collect();
+        assert!(!values.is_empty());
+        assert!(
+            values.iter().all(|v| v.to_bits() & 0xffff == 0),
+            "{master}: f32 values"
+        );
+    }
+}
