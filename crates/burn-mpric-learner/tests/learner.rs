@@ -460,3 +460,53 @@ fn the_overflowed_parameters_metric_names_them_on_skipped_steps_only() {
     }
     assert_eq!(named, EPOCHS, "one poisoned batch per epoch");
 }
+
+/// burn-mpric-optim's optimizer in the Learner: Adam's moments and the parameters at bf16,
+/// updated by stochastic rounding; the poisoned batch is still skipped once per epoch.
+#[test]
+fn the_learner_trains_bf16_parameters_and_state_and_skips_the_poisoned_step() {
+    const EPOCHS: usize = 3;
+    use burn_mpric_optim::{LowPrecisionOptimizer, MasterWeights, OptimizerPrecision, StateDtype};
+    let precision = OptimizerPrecision::new(StateDtype::Bf16, MasterWeights::Stochastic);
+    let adam = burn_mpric_scale::DeviceAdamConfig::new();
+    let lp = LowPrecisionOptimizer::new(adam, precision).unwrap();
+    let run = Run {
+        name: "low-precision",
+        data: samples(true),
+        epochs: EPOCHS,
+        initial_scale: 1024.0,
+        multi: None,
+        accumulation: None,
+        checkpoints: Checkpoints::Off,
+    };
+    let trained = train_optimized::<burn_mpric_learner::SkippedStepsMetric, _>(
+        run,
+        handle(1024.0),
+        |_| None,
+        lp.init(),
+        |model| lp.store_params(model),
+    );
+
+    for weight in [trained.model.l1.weight.val(), trained.model.l2.weight.val()] {
+        assert_eq!(weight.dtype(), burn::tensor::DType::BF16);
+    }
+    // The poisoned batch is skipped once per epoch, every other step applied.
+    let stats = trained.handle.stats();
+    assert_eq!(stats.skipped, EPOCHS as u64, "{stats:?}");
+    assert_eq!(stats.steps, (EPOCHS * SAMPLES / BATCH) as u64);
+    // It learns: the last epoch's finite losses are below the first epoch's.
+    let mean = |epoch| {
+        let finite: Vec<f64> = trained
+            .log(epoch, "Loss")
+            .into_iter()
+            .filter(|l| l.is_finite())
+            .collect();
+        finite.iter().sum::<f64>() / finite.len() as f64
+    };
+    assert!(
+        mean(EPOCHS) < 0.9 * mean(1),
+        "{} -> {}",
+        mean(1),
+        mean(EPOCHS)
+    );
+}

@@ -246,6 +246,24 @@ where
     burn_mpric_learner::ScaledItem<ClassificationOutput<Flex>>:
         burn::train::metric::Adaptor<Me::Input>,
 {
+    train_optimized(run, handle, extra, AdamConfig::new().init(), |model| model)
+}
+
+/// [`train_handled`] with the caller's optimizer, and `prepare` applied to the new model (to
+/// store its parameters at the optimizer's dtype, say).
+pub fn train_optimized<Me, O>(
+    run: Run,
+    handle: ScalerHandle,
+    extra: impl FnOnce(&ScalerHandle) -> Option<Me>,
+    optim: O,
+    prepare: impl FnOnce(Classifier<Ad>) -> Classifier<Ad>,
+) -> Trained
+where
+    Me: Metric + 'static,
+    burn_mpric_learner::ScaledItem<ClassificationOutput<Flex>>:
+        burn::train::metric::Adaptor<Me::Input>,
+    O: burn::optim::Optimizer<Scaled<Ad, Classifier<Ad>>, Ad> + 'static,
+{
     let device = device();
     let extra = extra(&handle);
     let train = DataLoaderBuilder::new(SampleBatcher)
@@ -262,8 +280,8 @@ where
         let _ = std::fs::remove_dir_all(&dir);
     }
     let learner = Learner::new(
-        Scaled::new(Classifier::<Ad>::new(&device), handle.clone()),
-        AdamConfig::new().init(),
+        Scaled::new(prepare(Classifier::<Ad>::new(&device)), handle.clone()),
+        optim,
         5e-2,
     );
     let mut training = SupervisedTraining::new(&dir, train, valid);

@@ -167,6 +167,35 @@ fn two_processes_take_the_in_process_ddp_run_s_steps_bit_for_bit_and_only_rank_0
     );
 }
 
+/// bf16 optimizer state and stochastically rounded bf16 parameters: every process draws the
+/// same rounding stream, so two processes take the in-process `ddp` run's steps bit for bit
+/// and end with the same bf16 parameters.
+#[cfg(feature = "ddp")]
+#[test]
+fn two_processes_with_bf16_state_and_stochastic_master_weights_take_the_ddp_run_s_steps() {
+    let dir = fresh_dir("processes-bf16");
+    let bf16 = |text: String| {
+        text.replacen(
+            "lr = 0.01",
+            "lr = 0.01\nstate = \"bf16\"\nmaster = \"stochastic\"",
+            1,
+        )
+    };
+    let ddp_text =
+        bf16(recipe(20, 10, "[0, 0]", "strategy = \"ddp\"")).replace("\"out\"", "\"ddp\"");
+    let ddp = write_recipe(&dir, "ddp.toml", &ddp_text);
+    run_ok(&dir, &["train", ddp.to_str().unwrap(), "-q"]);
+    let one = write_recipe(&dir, "r.toml", &bf16(recipe(20, 10, "[0]", "")));
+    run_ok(&dir, &["launch", "2", one.to_str().unwrap(), "-q"]);
+
+    let (m_ddp, m) = (metrics(&dir.join("ddp")), metrics(&dir.join("out")));
+    assert_same_steps(&m_ddp, &m);
+    let params = final_params(&dir.join("out"));
+    assert_eq!(final_params(&dir.join("ddp")), params);
+    let values: Vec<f32> = params.iter().flatten().copied().collect();
+    assert!(!values.is_empty() && values.iter().all(|v| v.to_bits() & 0xffff == 0));
+}
+
 /// The same recipe in one process and in two: at f32 the two shards' gradients add up to the
 /// whole batch's within rounding, so the curves agree to a few units in the last place.
 #[test]
