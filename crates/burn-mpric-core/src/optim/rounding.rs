@@ -3,11 +3,17 @@
 
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
+use rayon::prelude::*;
+
+/// Elements per parallel chunk: each chunk seeks to its own position in the stream, so the
+/// numbers do not depend on how many threads draw them.
+const CHUNK: usize = 1 << 16;
 
 /// Uniform numbers in `[0, 1)` for stochastic rounding, addressed by `(stream, draw)`: each
 /// parameter has its own stream and each of its steps its own draw, so the numbers of a step do
 /// not depend on what was drawn before it, and a run resumed at draw `n` repeats the
-/// uninterrupted run bit for bit. ChaCha8 keyed by the seed, the stream and the draw.
+/// uninterrupted run bit for bit. ChaCha8 keyed by the seed, the stream and the draw, drawn in
+/// parallel chunks that each seek to their place (the same numbers on any number of threads).
 ///
 /// # Example
 ///
@@ -56,9 +62,37 @@ impl RoundingStream {
         key[..8].copy_from_slice(&self.seed.to_le_bytes());
         key[8..16].copy_from_slice(&stream.to_le_bytes());
         key[16..24].copy_from_slice(&draw.to_le_bytes());
+        let mut out = vec![0.0f32; len];
+        out.par_chunks_mut(CHUNK)
+            .enumerate()
+            .for_each(|(chunk, values)| {
+                let mut rng = ChaCha8Rng::from_seed(key);
+                // One 32-bit word per element: element i is word i of the stream.
+                rng.set_word_pos((chunk * CHUNK) as u128);
+                for value in values {
+                    *value = (rng.next_u32() >> 8) as f32 * (1.0 / (1u32 << 24) as f32);
+                }
+            });
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parallel_chunks_draw_the_sequential_stream() {
+        let len = 3 * CHUNK + 17;
+        let parallel = RoundingStream::new(9).uniforms(4, 2, len);
+        let mut key = [0u8; 32];
+        key[..8].copy_from_slice(&9u64.to_le_bytes());
+        key[8..16].copy_from_slice(&4u64.to_le_bytes());
+        key[16..24].copy_from_slice(&2u64.to_le_bytes());
         let mut rng = ChaCha8Rng::from_seed(key);
-        (0..len)
-            .map(|_| (rng.next_u32() >> 8) as f32 * (1.0 / (1u32 << 24) as f32))
-            .collect()
+        let sequential: Vec<f32> = (0..len)
+            .map(|_| (rng.next_u32() >> 8) as f32 / (1u32 << 24) as f32)
+            .collect();
+        assert_eq!(parallel, sequential);
     }
 }
