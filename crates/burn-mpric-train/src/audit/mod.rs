@@ -57,6 +57,9 @@ pub struct RecipeAudit {
     pub fixes: Vec<Vec<String>>,
     /// The recipe as written, trained a few steps with each skipped step probed.
     pub trial: Trial,
+    /// For each verdict, in order, what the trial shows against it (a verdict that calls a
+    /// dtype safe for a run that skipped every step there), or `null`.
+    pub contradictions: Vec<Option<String>>,
     /// The ops the verdicts keep at full precision, with their place in the step.
     pub hot_spots: Vec<OpHotSpot>,
     /// When the trial failed, each verdict's overrides tried as a trial of their own (their
@@ -171,8 +174,14 @@ pub fn audit_recipe_with_trials(
         }
     }
     let hot_spots = OpHotSpot::find(&report);
+    let contradictions = report
+        .verdicts
+        .iter()
+        .map(|verdict| verdict.contradiction(&trial))
+        .collect();
     let found = RecipeAudit {
         recipe: plan.label.clone(),
+        contradictions,
         backend: format!(
             "{} {}",
             plan.recipe.backend.name,

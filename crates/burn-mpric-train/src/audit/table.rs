@@ -231,11 +231,17 @@ mod tests {
         for step in 0..8 {
             trial.record(step, true, None, Some(cause.clone()));
         }
+        let contradictions = report
+            .verdicts
+            .iter()
+            .map(|verdict| verdict.contradiction(&trial))
+            .collect();
         RecipeAudit {
             recipe: "r.toml".into(),
             backend: "flex cpu".into(),
             report,
             fixes: vec![vec![]],
+            contradictions,
             trial,
             hot_spots: vec![],
             remedies: vec![],
@@ -261,6 +267,11 @@ mod tests {
             text.contains("\nno remedy the audit could run trained without skips\n"),
             "{text}"
         );
+        // audit.json carries the same note next to the verdict.
+        let json: serde_json::Value =
+            serde_json::from_str(&contradicted().to_json().unwrap()).unwrap();
+        let note = json["contradictions"][0].as_str().unwrap();
+        assert!(line.ends_with(note), "{note}");
     }
 
     #[test]
