@@ -9,7 +9,7 @@ use burn::optim::SimpleOptimizer;
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::record::Record;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{FloatDType, Shape, Tensor, TensorData};
+use burn::tensor::{DType, FloatDType, Shape, Tensor, TensorData};
 use burn_mpric_core::optim::{
     BytesPerParameter, MasterWeights, OptimizerPrecision, PrecisionError, RoundingStream,
 };
@@ -242,7 +242,9 @@ impl<B: Backend, R: DeviceRule> SimpleOptimizer<B> for LowPrecisionOptimizer<R> 
         let uniforms = || {
             let draws =
                 RoundingStream::new(self.precision.seed).uniforms(state.stream, state.draws, len);
-            Tensor::<B, 1>::from_data(TensorData::new(draws, [len]), &device)
+            // At f32 whatever the device's default float dtype (a pure-bf16 policy's is bf16):
+            // the draws are compared with probabilities far below bf16's spacing.
+            Tensor::<B, 1>::from_data(TensorData::new(draws, [len]), (&device, DType::F32))
         };
         let (weight, compensation) = match self.precision.master {
             MasterWeights::F32 => (weight.cast(FloatDType::from(param_dtype)), None),

@@ -225,3 +225,29 @@ fn state_is_stored_at_bf16_and_its_scalars_at_f32() {
     // Moments 2 x 2 bytes, compensation 2, the two f32 powers.
     assert_eq!(state.bytes(), 15 * 6 + 8);
 }
+
+/// Under a pure bf16 policy (the device's default float is bf16) the rounding's draws are still
+/// f32: a weight 0.999 of a spacing above 1.0 rounds up with probability 0.999, where draws
+/// stored at bf16 (spacing 2^-8 below 1) would round up only below 0.996.
+#[test]
+fn the_draws_stay_f32_under_a_pure_bf16_policy() {
+    use burn_mpric::{MixedPrecision, Policy};
+    type Mp = MixedPrecision<Flex>;
+    const N: usize = 100_000;
+    let device = Mp::device(Default::default(), "pure_bf16".parse::<Policy>().unwrap()).unwrap();
+    let precision = OptimizerPrecision::new(StateDtype::F32, MasterWeights::Stochastic);
+    let optim = LowPrecisionOptimizer::new(DeviceSgdConfig::new(), precision).unwrap();
+    let spacing = 1.0 / 128.0;
+    let weight = Tensor::<Mp, 1>::ones([N], &device);
+    // The gradient is bf16 here: it carries the spacing, the learning rate the 0.999.
+    let grad = Tensor::<Mp, 1>::full([N], -spacing, &device);
+    let (weight, _) = optim.step(0.999, weight, grad, None);
+    let values = weight
+        .cast(FloatDType::F32)
+        .into_data()
+        .to_vec::<f32>()
+        .unwrap();
+    let up = values.iter().filter(|&&v| v > 1.0).count() as f64 / N as f64;
+    // The share's standard deviation is 1e-4.
+    assert!((up - 0.999).abs() < 6e-4, "rounded up {up}");
+}
