@@ -8,7 +8,7 @@ use burn::module::Module;
 use burn::optim::{
     LearningRate, ModuleOptimizer, Optimizer, RecordState, StateSink, StateSource, join_index,
 };
-use burn::tensor::{DType, Device, FloatDType, Tensor, TensorData};
+use burn::tensor::{DType, Device, FloatDType, Shape, Tensor, TensorData};
 use burn_mpric_core::optim::{
     BytesPerParameter, MasterWeights, OptimizerPrecision, PrecisionError, RoundingStream,
 };
@@ -52,28 +52,34 @@ pub struct LowPrecisionOptimizer<R> {
     next_stream: Arc<AtomicU64>,
 }
 
-/// One parameter's state under a [`LowPrecisionOptimizer`]: the rule's state tensors (flat; the
-/// per-element ones at the state dtype), the compensation buffer (Kahan), and the position in
-/// the rounding stream (stochastic rounding).
+/// One parameter's state under a [`LowPrecisionOptimizer`]: the rule's per-element state
+/// tensors (Adam's moments, SGD's velocity) in the parameter's shape at the state dtype, its
+/// one-element state (Adam's betas' powers, which stand for its step count) at f32, the
+/// compensation buffer (Kahan), and the position in the rounding stream.
 ///
 /// Its record (Burn's `RecordState`, which `ModuleOptimizer::to_record` and `save` use) names
-/// the leaves as Burn's derive would: `slots.len`, `slots.0`, ..., `compensation`, `stream`,
-/// `draws`; the two positions are `u64` scalars, which burnpack keeps exactly.
+/// the leaves as Burn's derive would: `slots.len`, `slots.0`, ..., `scalars.len`,
+/// `scalars.0`, ..., `compensation`, `stream`, `draws`; the two positions are `u64` scalars,
+/// which burnpack keeps exactly.
 ///
 /// # Example
 ///
 /// ```
 /// use burn_mpric_022::optim::LowPrecisionState;
 ///
-/// let fresh = LowPrecisionState { slots: Vec::new(), compensation: None, stream: 3, draws: 0 };
+/// let fresh = LowPrecisionState::<2> {
+///     slots: Vec::new(), scalars: Vec::new(), compensation: None, stream: 3, draws: 0,
+/// };
 /// assert_eq!(fresh.stream, 3);
 /// ```
 #[derive(Clone, Debug)]
-pub struct LowPrecisionState {
-    /// The rule's state tensors, flat.
-    pub slots: Vec<Tensor<1>>,
-    /// What rounding the weight to bf16 dropped (Kahan only), flat, at bf16.
-    pub compensation: Option<Tensor<1>>,
+pub struct LowPrecisionState<const D: usize> {
+    /// The rule's per-element state tensors, in the parameter's shape.
+    pub slots: Vec<Tensor<D>>,
+    /// The rule's one-element state tensors, at f32.
+    pub scalars: Vec<Tensor<1>>,
+    /// What rounding the weight to bf16 dropped (Kahan only), at bf16.
+    pub compensation: Option<Tensor<D>>,
     /// This parameter's stream of stochastic rounding.
     pub stream: u64,
     /// The steps taken so far: the next draw from the stream.
@@ -180,9 +186,15 @@ impl<R: DeviceRule> LowPrecisionOptimizer<R> {
         })
     }
 
-    fn fresh(&self, len: usize, device: &Device) -> LowPrecisionState {
+    fn fresh<const D: usize>(&self, shape: &Shape, device: &Device) -> LowPrecisionState<D> {
+        let mut slots = self.rule.init_state(shape.num_elements(), device);
+        let scalars = slots.split_off(self.rule.elementwise_slots());
         LowPrecisionState {
-            slots: self.rule.init_state(len, device),
+            slots: slots
+                .into_iter()
+                .map(|slot| slot.reshape(shape.clone()))
+                .collect(),
+            scalars,
             compensation: None,
             stream: self.next_stream.fetch_add(1, Ordering::Relaxed),
             draws: 0,
@@ -191,7 +203,7 @@ impl<R: DeviceRule> LowPrecisionOptimizer<R> {
 }
 
 impl<R: DeviceRule> Optimizer for LowPrecisionOptimizer<R> {
-    type State<const D: usize> = LowPrecisionState;
+    type State<const D: usize> = LowPrecisionState<D>;
 
     fn step<const D: usize>(
         &self,
@@ -204,32 +216,25 @@ impl<R: DeviceRule> Optimizer for LowPrecisionOptimizer<R> {
         let len = shape.num_elements();
         let device = tensor.device();
         let param_dtype = tensor.dtype();
-        let state = state.unwrap_or_else(|| self.fresh(len, &device));
+        let state = state.unwrap_or_else(|| self.fresh(&shape, &device));
 
         let mut weight = tensor.reshape([len]).cast(FloatDType::F32);
         if let Some(compensation) = state.compensation {
-            weight = weight.add(compensation.cast(FloatDType::F32));
+            weight = weight.add(compensation.reshape([len]).cast(FloatDType::F32));
         }
         let grad = grad.reshape([len]).cast(FloatDType::F32);
-        let slots = state
+        let flat = state
             .slots
             .into_iter()
-            .map(|slot| slot.cast(FloatDType::F32))
+            .map(|slot| slot.reshape([len]).cast(FloatDType::F32))
+            .chain(state.scalars)
             .collect();
-        let (weight, slots) = self.rule.update(lr, weight, grad, slots);
-
+        let (weight, mut slots) = self.rule.update(lr, weight, grad, flat);
+        let scalars = slots.split_off(self.rule.elementwise_slots());
         let stored = to_burn_dtype(self.precision.state.dtype());
-        let elementwise = self.rule.elementwise_slots();
         let slots = slots
             .into_iter()
-            .enumerate()
-            .map(|(i, slot)| {
-                if i < elementwise {
-                    slot.cast(stored)
-                } else {
-                    slot
-                }
-            })
+            .map(|slot| slot.cast(stored).reshape(shape.clone()))
             .collect();
 
         let uniforms = || {
@@ -253,7 +258,8 @@ impl<R: DeviceRule> Optimizer for LowPrecisionOptimizer<R> {
         };
         let state = LowPrecisionState {
             slots,
-            compensation,
+            scalars,
+            compensation: compensation.map(|c| c.reshape(shape.clone())),
             stream: state.stream,
             draws: state.draws + 1,
         };
@@ -267,6 +273,11 @@ impl<R: DeviceRule> Optimizer for LowPrecisionOptimizer<R> {
                 .into_iter()
                 .map(|slot| slot.to_device(device))
                 .collect(),
+            scalars: state
+                .scalars
+                .into_iter()
+                .map(|scalar| scalar.to_device(device))
+                .collect(),
             compensation: state.compensation.map(|c| c.to_device(device)),
             ..state
         }
@@ -275,6 +286,8 @@ impl<R: DeviceRule> Optimizer for LowPrecisionOptimizer<R> {
 
 const SLOTS: &str = "slots";
 const SLOTS_LEN: &str = "slots.len";
+const SCALARS: &str = "scalars";
+const SCALARS_LEN: &str = "scalars.len";
 const COMPENSATION: &str = "compensation";
 const STREAM: &str = "stream";
 const DRAWS: &str = "draws";
@@ -287,11 +300,15 @@ const DRAWS: &str = "draws";
 /// (`ModuleOptimizer::load_record` loads onto `Device::default()`, which can be another device
 /// than the one training runs on; there a bf16 tensor comes back at f32, exactly, and the next
 /// step stores it at bf16 again.) The leaves are named as the derive names them.
-impl RecordState for LowPrecisionState {
+impl<const D: usize> RecordState for LowPrecisionState<D> {
     fn state_flatten(&self, prefix: &str, out: &mut StateSink) {
         out.push_scalar(prefix, SLOTS_LEN, Scalar::from(self.slots.len()));
         for (index, slot) in self.slots.iter().enumerate() {
             out.push_tensor(prefix, &join_index(SLOTS, index), slot.to_data());
+        }
+        out.push_scalar(prefix, SCALARS_LEN, Scalar::from(self.scalars.len()));
+        for (index, scalar) in self.scalars.iter().enumerate() {
+            out.push_tensor(prefix, &join_index(SCALARS, index), scalar.to_data());
         }
         if let Some(compensation) = &self.compensation {
             out.push_tensor(prefix, COMPENSATION, compensation.to_data());
@@ -301,24 +318,34 @@ impl RecordState for LowPrecisionState {
     }
 
     fn state_unflatten(prefix: &str, src: &mut StateSource, device: &Device) -> Option<Self> {
-        let tensor = |data: TensorData| {
+        fn tensor<const N: usize>(data: TensorData, device: &Device) -> Tensor<N> {
             let dtype = data.dtype();
             if device.supports_dtype(dtype) {
-                Tensor::<1>::from_data(data, (device, dtype))
+                Tensor::<N>::from_data(data, (device, dtype))
             } else {
-                Tensor::<1>::from_data(data, device)
+                Tensor::<N>::from_data(data, device)
             }
+        }
+        let mut list = |name: &str, len: &str| -> Option<Vec<TensorData>> {
+            let len = usize::try_from(src.take_scalar(prefix, len)?).ok()?;
+            (0..len)
+                .map(|index| src.take_tensor(prefix, &join_index(name, index)))
+                .collect()
         };
-        let len = usize::try_from(src.take_scalar(prefix, SLOTS_LEN)?).ok()?;
-        let slots = (0..len)
-            .map(|index| {
-                src.take_tensor(prefix, &join_index(SLOTS, index))
-                    .map(tensor)
-            })
-            .collect::<Option<Vec<_>>>()?;
-        let compensation = src.take_tensor(prefix, COMPENSATION).map(tensor);
+        let slots = list(SLOTS, SLOTS_LEN)?
+            .into_iter()
+            .map(|data| tensor(data, device))
+            .collect();
+        let scalars = list(SCALARS, SCALARS_LEN)?
+            .into_iter()
+            .map(|data| tensor(data, device))
+            .collect();
+        let compensation = src
+            .take_tensor(prefix, COMPENSATION)
+            .map(|data| tensor(data, device));
         Some(Self {
             slots,
+            scalars,
             compensation,
             stream: u64::try_from(src.take_scalar(prefix, STREAM)?).ok()?,
             draws: u64::try_from(src.take_scalar(prefix, DRAWS)?).ok()?,

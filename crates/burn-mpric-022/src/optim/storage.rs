@@ -125,11 +125,11 @@ impl ModuleVisitor for ParamBytes {
     }
 }
 
-fn tensor_bytes(tensor: &Tensor<1>) -> usize {
+fn tensor_bytes<const D: usize>(tensor: &Tensor<D>) -> usize {
     tensor.shape().num_elements() * tensor.dtype().size()
 }
 
-impl LowPrecisionState {
+impl<const D: usize> LowPrecisionState<D> {
     /// The bytes this state holds.
     ///
     /// # Example
@@ -139,11 +139,12 @@ impl LowPrecisionState {
     /// use burn_mpric_022::optim::LowPrecisionState;
     ///
     /// let moment = Tensor::<1>::zeros([10], &Device::flex()).cast(FloatDType::BF16);
-    /// let state = LowPrecisionState { slots: vec![moment], compensation: None, stream: 0, draws: 0 };
+    /// let state = LowPrecisionState { slots: vec![moment], scalars: Vec::new(), compensation: None, stream: 0, draws: 0 };
     /// assert_eq!(state.bytes(), 20);
     /// ```
     pub fn bytes(&self) -> usize {
         self.slots.iter().map(tensor_bytes).sum::<usize>()
+            + self.scalars.iter().map(tensor_bytes).sum::<usize>()
             + self.compensation.as_ref().map_or(0, tensor_bytes)
     }
 }
