@@ -294,6 +294,43 @@ fn supervised_training_runs_through_the_scaler() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The same `SupervisedTraining` run with the low-precision optimizer: Adam's moments at bf16
+/// and the parameters stored at bf16 (no f32 copy), updated by stochastic rounding.
+#[test]
+fn supervised_training_keeps_bf16_parameters_with_the_low_precision_optimizer() {
+    use burn_mpric_022::optim::{
+        LowPrecisionOptimizer, MasterWeights, OptimizerPrecision, StateDtype,
+    };
+    let device = flex();
+    let policy: ResolvedPolicy = "mixed_bf16".parse().unwrap();
+    let handle = ScalerHandle::new(LossScaler::for_policy(LossScalePreset::Auto, &policy).unwrap());
+    let precision = OptimizerPrecision::new(StateDtype::Bf16, MasterWeights::Stochastic);
+    let lp = LowPrecisionOptimizer::new(burn_mpric_core::scale::DeviceAdamConfig::new(), precision)
+        .unwrap();
+    // After autocast, which stores parameters at the policy's param dtype.
+    let model = Scaled::new(
+        lp.store_params(Classifier::new(policy, &device)),
+        handle.clone(),
+    );
+    let (train, valid) = pair_loaders();
+    let dir = std::env::temp_dir().join(format!("mpric022-learner-lp-{}", std::process::id()));
+    let result = SupervisedTraining::new(&dir, train, valid)
+        .metric_train_numeric(LossMetric::new())
+        .num_epochs(2)
+        .launch(Learner::new(model, lp.init(), 1e-2));
+    assert_eq!(handle.stats().steps, 8, "2 epochs of 4 batches");
+    assert_eq!(handle.stats().skipped, 0);
+    let model = result.model.into_inner();
+    assert!(
+        dtypes(&model)
+            .iter()
+            .all(|(stored, _)| *stored == DType::BF16),
+        "{:?}",
+        dtypes(&model)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The `Learner`'s step functions in two processes (threads here) whose `ScalerHandle`s sum
 /// every step's gradients through the TCP star: a batch poisoned on rank 1 only skips the
 /// step on both, and both ranks hold the same parameters bit for bit, which are not those of
