@@ -53,9 +53,9 @@ mod round;
 mod storage;
 
 pub use burn_mpric_core::optim::{
-    BytesPerParameter, MasterWeights, OptimizerPrecision, PrecisionError, RoundingStream,
-    StateDtype,
+    BytesPerParameter, HeldBytes, MasterWeights, OptimizerPrecision, PrecisionError,
+    RoundingStream, StateDtype,
 };
 pub use optimizer::{LowPrecisionOptimizer, LowPrecisionState};
 pub use round::{kahan_split, stochastic_round};
-pub use storage::{HeldBytes, held_bytes, store_params};
+pub use storage::{held_bytes, store_params};

@@ -8,7 +8,7 @@ use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::record::{AdaptorRecord, AdaptorRecordV1};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{FloatDType, Tensor};
-use burn_mpric_core::optim::MasterWeights;
+use burn_mpric_core::optim::{HeldBytes, MasterWeights};
 use burn_mpric_scale::DeviceRule;
 
 use crate::optimizer::{LowPrecisionOptimizer, LowPrecisionState};
@@ -64,46 +64,6 @@ impl<B: Backend> ModuleMapper<B> for StoreParams<B> {
             tensor = tensor.require_grad();
         }
         Param::from_mapped_value(id, tensor, mapper)
-    }
-}
-
-/// The bytes a trained model holds between steps, read from its tensors' dtypes and sizes:
-/// the parameters, and the optimizer's state (moments, velocities, compensation buffers).
-/// Scalars kept beside the state (Adam's betas' powers) count too.
-///
-/// # Example
-///
-/// ```
-/// use burn_mpric_optim::HeldBytes;
-///
-/// let held = HeldBytes { params: 8, state: 16, elements: 2 };
-/// assert_eq!(held.per_parameter(), 12.0);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct HeldBytes {
-    /// The parameters' bytes.
-    pub params: usize,
-    /// The optimizer state's bytes.
-    pub state: usize,
-    /// The number of parameter elements.
-    pub elements: usize,
-}
-
-impl HeldBytes {
-    /// Parameters and state, per parameter element.
-    ///
-    /// # Example
-    ///
-    /// ```
-    /// use burn_mpric_optim::HeldBytes;
-    ///
-    /// assert_eq!(HeldBytes::default().per_parameter(), 0.0);
-    /// ```
-    pub fn per_parameter(&self) -> f64 {
-        if self.elements == 0 {
-            return 0.0;
-        }
-        (self.params + self.state) as f64 / self.elements as f64
     }
 }
 

@@ -27,7 +27,7 @@ mod rounding;
 mod slots;
 
 pub use precision::{
-    BytesPerParameter, MasterWeights, OptimizerPrecision, PrecisionError, StateDtype,
+    BytesPerParameter, HeldBytes, MasterWeights, OptimizerPrecision, PrecisionError, StateDtype,
 };
 pub use rounding::RoundingStream;
 pub use slots::StateSlots;

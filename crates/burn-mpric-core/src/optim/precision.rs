@@ -181,6 +181,47 @@ impl BytesPerParameter {
     }
 }
 
+/// The bytes a trained model holds between steps, read from its tensors' dtypes and sizes by
+/// each edition's `held_bytes`: the parameters, and the optimizer's state (moments,
+/// velocities, compensation buffers, and the scalars kept beside them).
+///
+/// # Example
+///
+/// ```
+/// use burn_mpric_core::optim::HeldBytes;
+///
+/// let held = HeldBytes { params: 8, state: 16, elements: 2 };
+/// assert_eq!(held.per_parameter(), 12.0);
+/// assert_eq!(HeldBytes::default().per_parameter(), 0.0);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct HeldBytes {
+    /// The parameters' bytes.
+    pub params: usize,
+    /// The optimizer state's bytes.
+    pub state: usize,
+    /// The number of parameter elements.
+    pub elements: usize,
+}
+
+impl HeldBytes {
+    /// Parameters and state, per parameter element (0 without parameters).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_core::optim::HeldBytes;
+    ///
+    /// assert_eq!(HeldBytes { params: 4, state: 0, elements: 2 }.per_parameter(), 2.0);
+    /// ```
+    pub fn per_parameter(&self) -> f64 {
+        if self.elements == 0 {
+            return 0.0;
+        }
+        (self.params + self.state) as f64 / self.elements as f64
+    }
+}
+
 impl StateDtype {
     /// Bytes per element.
     ///
