@@ -89,15 +89,15 @@ fn tensor<const D: usize>(shape: [usize; D], seed: u64, bound: f32, device: &Dev
     Tensor::from_data(TensorData::new(values(n, seed, bound), shape), device)
 }
 
-fn to_f32<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+pub(crate) fn to_f32<const D: usize>(t: Tensor<D>) -> Vec<f32> {
     t.cast(FloatDType::F32)
         .into_data()
         .try_to_vec::<f32>()
         .expect("f32 data")
 }
 
-/// A model of the workloads, its batch and its target.
-enum Model {
+/// A model of the workloads.
+pub(crate) enum Model {
     /// `Vec<Linear>` with ReLU between layers.
     Mlp(Vec<Linear>),
     /// Burn 0.22's post-norm encoder.
@@ -105,7 +105,7 @@ enum Model {
 }
 
 impl Model {
-    fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+    pub(crate) fn forward(&self, x: Tensor<3>) -> Tensor<3> {
         match self {
             Model::Mlp(layers) => {
                 let [b, n, d] = x.dims();
@@ -130,7 +130,7 @@ impl Model {
         }
     }
 
-    fn autocast(self, policy: ResolvedPolicy) -> Self {
+    pub(crate) fn autocast(self, policy: ResolvedPolicy) -> Self {
         match self {
             Model::Mlp(layers) => Model::Mlp(autocast(layers, policy).expect("autocast")),
             Model::Transformer(encoder) => {
@@ -145,13 +145,58 @@ impl Model {
         grads_of: impl FnOnce(&Self) -> GradientsParams,
     ) -> Self {
         let grads = grads_of(&self);
+        self.apply(optim, LR, grads)
+    }
+
+    /// One optimizer step with `grads` at learning rate `lr`.
+    pub(crate) fn apply(
+        self,
+        optim: &mut ModuleOptimizer,
+        lr: f64,
+        grads: GradientsParams,
+    ) -> Self {
         match self {
-            Model::Mlp(layers) => Model::Mlp(optim.step(LR, layers, grads)),
-            Model::Transformer(encoder) => Model::Transformer(optim.step(LR, encoder, grads)),
+            Model::Mlp(layers) => Model::Mlp(optim.step(lr, layers, grads)),
+            Model::Transformer(encoder) => Model::Transformer(optim.step(lr, encoder, grads)),
         }
     }
 
-    fn grads(&self, loss: &Tensor<1>) -> GradientsParams {
+    /// The model with its parameters stored as `lp` keeps them (bf16 for bf16 master weights).
+    pub(crate) fn store_params<R: burn_mpric_022::DeviceRule>(
+        self,
+        lp: &burn_mpric_022::optim::LowPrecisionOptimizer<R>,
+    ) -> Self {
+        match self {
+            Model::Mlp(layers) => Model::Mlp(lp.store_params(layers)),
+            Model::Transformer(encoder) => Model::Transformer(lp.store_params(encoder)),
+        }
+    }
+
+    /// Parameter elements.
+    pub(crate) fn num_params(&self) -> usize {
+        match self {
+            Model::Mlp(layers) => layers.num_params(),
+            Model::Transformer(encoder) => encoder.num_params(),
+        }
+    }
+
+    /// Parameter tensors.
+    pub(crate) fn num_tensors(&self) -> usize {
+        struct Count(usize);
+        impl burn022::module::ModuleVisitor for Count {
+            fn visit_float<const D: usize>(&mut self, _: &Param<Tensor<D>>) {
+                self.0 += 1;
+            }
+        }
+        let mut count = Count(0);
+        match self {
+            Model::Mlp(layers) => layers.visit(&mut count),
+            Model::Transformer(encoder) => encoder.visit(&mut count),
+        }
+        count.0
+    }
+
+    pub(crate) fn grads(&self, loss: &Tensor<1>) -> GradientsParams {
         match self {
             Model::Mlp(layers) => GradientsParams::from_grads(loss.backward(), layers),
             Model::Transformer(encoder) => GradientsParams::from_grads(loss.backward(), encoder),
@@ -219,58 +264,75 @@ impl Case for TrainCase022 {
     }
 }
 
-/// The case of `spec` under `policy` (none: bare Burn 0.22), on `device` (autodiff form).
-fn build(spec: &Spec, policy: Option<ResolvedPolicy>, device: &Device) -> Box<dyn Case> {
-    let (model, x_shape, y_shape, seed) = match spec {
-        Spec::Mlp { batch, dims, .. } => {
+/// The model of `spec` with its deterministic parameters, on `device` (autodiff form).
+pub(crate) fn model(spec: &Spec, device: &Device) -> Model {
+    let (model, seed) = match spec {
+        Spec::Mlp { dims, .. } => {
             let layers: Vec<Linear> = dims
                 .windows(2)
                 .map(|w| LinearConfig::new(w[0], w[1]).init(device))
                 .collect();
-            let last = *dims.last().expect("dims");
-            (
-                Model::Mlp(layers),
-                [1, *batch, dims[0]],
-                [1, *batch, last],
-                20,
-            )
+            (Model::Mlp(layers), 20)
         }
         Spec::Transformer {
-            batch,
-            seq,
             d_model,
             heads,
             d_ff,
             layers,
+            ..
         } => {
             let encoder = TransformerEncoderConfig::new(*d_model, *d_ff, *heads, *layers)
                 .with_dropout(0.0)
                 .init(device);
-            let shape = [*batch, *seq, *d_model];
-            (Model::Transformer(encoder), shape, shape, 30)
+            (Model::Transformer(encoder), 30)
         }
         Spec::Matmul { .. } | Spec::Conv2d { .. } => {
             unreachable!("the 0.22 edition runs the training workloads only")
         }
     };
-    let model = model.map(&mut Deterministic {
+    model.map(&mut Deterministic {
         device: device.clone(),
         seed,
-    });
+    })
+}
+
+/// The batch of `spec` (host data, loaded at every step) and its target, on `device`.
+pub(crate) fn batch(spec: &Spec, device: &Device) -> (TensorData, Tensor<3>) {
+    let (x_shape, y_shape, x_seed, y_seed) = match spec {
+        Spec::Mlp { batch, dims, .. } => {
+            let last = *dims.last().expect("dims");
+            ([1, *batch, dims[0]], [1, *batch, last], 4, 5)
+        }
+        Spec::Transformer {
+            batch,
+            seq,
+            d_model,
+            ..
+        } => {
+            let shape = [*batch, *seq, *d_model];
+            (shape, shape, 6, 7)
+        }
+        Spec::Matmul { .. } | Spec::Conv2d { .. } => {
+            unreachable!("the 0.22 edition runs the training workloads only")
+        }
+    };
+    let x = tensor::<3>(x_shape, x_seed, 1.0, device).into_data();
+    (x, tensor::<3>(y_shape, y_seed, 1.0, device))
+}
+
+/// The case of `spec` under `policy` (none: bare Burn 0.22), on `device` (autodiff form).
+fn build(spec: &Spec, policy: Option<ResolvedPolicy>, device: &Device) -> Box<dyn Case> {
+    let model = model(spec, device);
     let model = match policy {
         Some(policy) => model.autocast(policy),
         None => model,
     };
-    let (x_seed, y_seed) = match spec {
-        Spec::Mlp { .. } => (4, 5),
-        _ => (6, 7),
-    };
-    let x = tensor::<3>(x_shape, x_seed, 1.0, device).into_data();
+    let (x, y) = batch(spec, device);
     Box::new(TrainCase022 {
         model: Some(model),
         optim: AdamConfig::new().init(),
         x,
-        y: tensor::<3>(y_shape, y_seed, 1.0, device),
+        y,
         policy,
         device: device.clone(),
     })

@@ -5,12 +5,14 @@
 //! ratio to f32, peak memory, numeric error against f32. Writes `report.md`, `report.json` and
 //! `report.svg` to `--out` (default `target/bench`).
 //!
-//! `cargo xtask bench [--full] [--backend flex|wgpu|cuda] [--workload NAME]`
+//! `cargo xtask bench [--full] [--backend flex|wgpu|cuda] [--workload NAME]`; `--profile` and
+//! `--optimizer` run their own comparisons instead (`profile.rs`, `optimizer.rs`).
 
 mod adapter;
 mod edition022;
 mod harness;
 mod memory;
+mod optimizer;
 mod profile;
 mod report;
 mod run;
@@ -72,8 +74,14 @@ struct Args {
     /// Instead of the timed workloads: one transformer block training step profiled op by op
     /// at f32, mixed and pure half on each backend (the Burn 0.21 decorator), written to
     /// profile.md and profile.json.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "optimizer")]
     profile: bool,
+    /// Instead of the timed workloads: Adam's state and master weights at bf16
+    /// (burn-mpric-optim, burn_mpric_022::optim) against Burn's Adam at f32 on the MLP and
+    /// transformer block steps, per backend running bf16 and edition: bytes per parameter
+    /// measured, step time, final loss; written to optimizer.md and optimizer.json.
+    #[arg(long)]
+    optimizer: bool,
 }
 
 fn positive_seconds(text: &str) -> Result<f64, String> {
@@ -318,6 +326,9 @@ struct Collected {
     /// `--profile`: each backend profiles a step instead of running the workloads.
     profile: bool,
     profiles: Vec<profile::BackendProfile>,
+    /// `--optimizer`: each backend and edition measures the optimizer modes instead.
+    optimizer: bool,
+    optimizers: Vec<optimizer::EditionRun>,
 }
 
 fn run_on<I: Backend>(
@@ -336,6 +347,10 @@ fn run_on<I: Backend>(
     });
     if out.profile {
         out.profiles.push(profile::profile_backend(&setup));
+        return;
+    }
+    if out.optimizer {
+        out.optimizers.push(optimizer::run_021(&setup));
         return;
     }
     let (rows, casts) = run_backend(&setup, workloads);
@@ -362,7 +377,11 @@ fn run_edition022(
             threads,
             memory: setup.memory.describe(),
         });
-        out.rows.extend(edition022::run(&setup, workloads));
+        if out.optimizer {
+            out.optimizers.push(optimizer::run_022(&setup));
+        } else {
+            out.rows.extend(edition022::run(&setup, workloads));
+        }
     };
     if wanted(BackendKind::Flex) {
         let setup = Setup022 {
@@ -550,6 +569,8 @@ fn main() -> ExitCode {
         backends: Vec::new(),
         profile: args.profile,
         profiles: Vec::new(),
+        optimizer: args.optimizer,
+        optimizers: Vec::new(),
     };
 
     if wanted(BackendKind::Flex) {
@@ -608,6 +629,32 @@ fn main() -> ExitCode {
         return write_profiles(&args.out, &out.profiles);
     }
     run_edition022(&args, &workloads, &mut out, wanted, no_wgpu.as_deref());
+    if args.optimizer {
+        let targets = optimizer::targets(&out.optimizers);
+        let report = optimizer::OptimizerReport {
+            mode: if args.full { "full" } else { "default" }.into(),
+            started,
+            wall_s: started_at.elapsed().as_secs_f64(),
+            machine: machine(load_at_start),
+            backends: out.backends,
+            runs: out.optimizers,
+            targets,
+        };
+        if let Err(e) = optimizer::write(&args.out, &report) {
+            eprintln!(
+                "error: could not write the optimizer report to {}: {e}",
+                args.out.display()
+            );
+            return ExitCode::FAILURE;
+        }
+        println!("{}", report.markdown());
+        eprintln!(
+            "wrote {}/optimizer.md, optimizer.json ({:.0} s)",
+            args.out.display(),
+            report.wall_s
+        );
+        return ExitCode::SUCCESS;
+    }
 
     let targets = report::targets(&out.rows, &out.backends);
     let report = Report {
@@ -700,10 +747,16 @@ mod tests {
             ]
         );
         assert!(Args::try_parse_from(["mpric-bench", "--workload", "nope"]).is_err());
+        let optimizer = Args::try_parse_from(["mpric-bench", "--optimizer", "--full"]).unwrap();
+        assert!(optimizer.optimizer && optimizer.full && !optimizer.profile);
+        assert!(Args::try_parse_from(["mpric-bench", "--optimizer", "--profile"]).is_err());
     }
 
     #[test]
     fn device_memory_is_read_at_every_op_boundary_of_an_instrumented_case() {
+        let _heap = crate::memory::HEAP_TESTS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         use burn::backend::Wgpu;
         use burn_mpric::instrument::{Instrumented, at_each_op};
 

@@ -64,6 +64,11 @@ unsafe impl GlobalAlloc for CountingAlloc {
     }
 }
 
+/// Held by the tests that allocate much on the heap, so that a test reading the heap's level
+/// (the optimizer modes' bytes per parameter) sees its own allocations only.
+#[cfg(test)]
+pub static HEAP_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Reads a device's bytes in use.
 pub type DeviceCounter = Arc<dyn Fn() -> Result<u64, String> + Send + Sync>;
 
@@ -86,6 +91,15 @@ impl MemorySource {
                     "device bytes in use (cubecl memory_usage), read before and after every op (a lower bound: an op's inputs and output together inside the op are not seen; polled instead for the loss-scaler and cast rows); the highest of {DEVICE_REPEATS} measurements, variants in rotated order"
                 )
             }
+        }
+    }
+
+    /// The bytes in use now: the heap's (exact) or the device counter's reading. A level, not
+    /// a peak: what is alive at this point of the program.
+    pub fn in_use(&self) -> Result<u64, String> {
+        match self {
+            MemorySource::Heap => Ok(HEAP_NOW.load(Ordering::Relaxed)),
+            MemorySource::Device(counter) => counter(),
         }
     }
 

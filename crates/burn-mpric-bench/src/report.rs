@@ -428,7 +428,41 @@ fn peak_cell(p: &Peak) -> String {
     }
 }
 
-fn verdict_cell(v: Verdict) -> &'static str {
+/// The "Machine" and "Backends" sections of a report.
+pub(crate) fn machine_and_backends(s: &mut String, machine: &Machine, backends: &[BackendInfo]) {
+    let m = machine;
+    let _ = writeln!(s, "## Machine\n");
+    let _ = writeln!(s, "- CPU: {} ({} logical cores)", m.cpu, m.cores);
+    let _ = writeln!(s, "- Memory: {}", m.memory);
+    let _ = writeln!(s, "- OS: {}", m.os);
+    let icds = if m.vulkan_icds.is_empty() {
+        "none found".to_string()
+    } else {
+        m.vulkan_icds.join(", ")
+    };
+    let _ = writeln!(s, "- Vulkan drivers (ICDs): {icds}");
+    let _ = writeln!(
+        s,
+        "- Load average (1 min), start -> end: {}",
+        m.load_average
+    );
+    let _ = writeln!(s, "\n## Backends\n");
+    let _ = writeln!(s, "| backend | ran | detail | threads | memory figures |");
+    let _ = writeln!(s, "| --- | --- | --- | --- | --- |");
+    for b in backends {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} |",
+            b.name,
+            if b.ran { "yes" } else { "no" },
+            b.detail,
+            b.threads,
+            b.memory
+        );
+    }
+}
+
+pub(crate) fn verdict_cell(v: Verdict) -> &'static str {
     match v {
         Verdict::Met => "**met**",
         Verdict::Missed => "**missed**",
@@ -447,36 +481,7 @@ impl Report {
              (the `mpric-bench` binary).\n",
             self.mode, self.started, self.wall_s
         );
-        let m = &self.machine;
-        let _ = writeln!(s, "## Machine\n");
-        let _ = writeln!(s, "- CPU: {} ({} logical cores)", m.cpu, m.cores);
-        let _ = writeln!(s, "- Memory: {}", m.memory);
-        let _ = writeln!(s, "- OS: {}", m.os);
-        let icds = if m.vulkan_icds.is_empty() {
-            "none found".to_string()
-        } else {
-            m.vulkan_icds.join(", ")
-        };
-        let _ = writeln!(s, "- Vulkan drivers (ICDs): {icds}");
-        let _ = writeln!(
-            s,
-            "- Load average (1 min), start -> end: {}",
-            m.load_average
-        );
-        let _ = writeln!(s, "\n## Backends\n");
-        let _ = writeln!(s, "| backend | ran | detail | threads | memory figures |");
-        let _ = writeln!(s, "| --- | --- | --- | --- | --- |");
-        for b in &self.backends {
-            let _ = writeln!(
-                s,
-                "| {} | {} | {} | {} | {} |",
-                b.name,
-                if b.ran { "yes" } else { "no" },
-                b.detail,
-                b.threads,
-                b.memory
-            );
-        }
+        machine_and_backends(&mut s, &self.machine, &self.backends);
         let _ = writeln!(s, "\n## Targets\n");
         let _ = writeln!(s, "| target | requirement | measured | verdict |");
         let _ = writeln!(s, "| --- | --- | --- | --- |");

@@ -464,7 +464,7 @@ pub(crate) fn mlp_spec(sizes: &Sizes, scaler: Scaling) -> Spec {
 
 /// The median over rounds of `with[r] / without[r]`: the ratio of two variants measured in
 /// the same rounds.
-fn paired_ratio(with: &[f64], without: &[f64]) -> f64 {
+pub(crate) fn paired_ratio(with: &[f64], without: &[f64]) -> f64 {
     Samples {
         ms: with.iter().zip(without).map(|(w, o)| w / o).collect(),
         iters_per_sample: 1,

@@ -171,7 +171,7 @@ pub fn values(n: usize, seed: u64, bound: f32) -> Vec<f32> {
         .collect()
 }
 
-fn tensor<B: Backend, const D: usize>(
+pub(crate) fn tensor<B: Backend, const D: usize>(
     shape: [usize; D],
     seed: u64,
     bound: f32,
@@ -224,7 +224,11 @@ impl<B: Backend> ModuleMapper<B> for DeterministicInit<'_, B> {
     }
 }
 
-fn deterministic<B: Backend, M: Module<B>>(module: M, device: &B::Device, seed: u64) -> M {
+pub(crate) fn deterministic<B: Backend, M: Module<B>>(
+    module: M,
+    device: &B::Device,
+    seed: u64,
+) -> M {
     module.map(&mut DeterministicInit { device, seed })
 }
 
@@ -307,7 +311,7 @@ pub struct Mlp<B: Backend> {
 }
 
 impl<B: Backend> Mlp<B> {
-    fn new(dims: &[usize], device: &B::Device) -> Self {
+    pub(crate) fn new(dims: &[usize], device: &B::Device) -> Self {
         let layers = dims
             .windows(2)
             .map(|w| LinearConfig::new(w[0], w[1]).init(device))
@@ -318,7 +322,7 @@ impl<B: Backend> Mlp<B> {
         }
     }
 
-    fn forward(&self, mut x: Tensor<B, 2>) -> Tensor<B, 2> {
+    pub(crate) fn forward(&self, mut x: Tensor<B, 2>) -> Tensor<B, 2> {
         let last = self.layers.len() - 1;
         for (i, layer) in self.layers.iter().enumerate() {
             x = layer.forward(x);
@@ -641,6 +645,9 @@ mod tests {
 
     #[test]
     fn half_storage_trains_half_params() {
+        let _heap = crate::memory::HEAP_TESTS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         type B = Autodiff<Flex>;
         let device = Default::default();
         let f16 = Storage(FloatDType::F16);
