@@ -3,15 +3,11 @@
 use burn::tensor::backend::Backend;
 use burn::tensor::{FloatDType, Tensor};
 
-/// `|y| * UP` rounds to `|y|`'s upper bf16 neighbour and `|y| * DOWN` to its lower one, for any
-/// normal bf16 `y`: the products are exact in f32 (8 + 11 significant bits) and land between
-/// 0.5 and 1.5 spacings away, also where the spacing halves below a power of two.
-const UP: f32 = 1.0 + 1.0 / 256.0 + 1.0 / 1024.0;
-const DOWN: f32 = 1.0 - 1.0 / 256.0 - 1.0 / 1024.0;
-
-fn through_bf16<B: Backend>(x: Tensor<B, 1>) -> Tensor<B, 1> {
-    x.cast(FloatDType::BF16).cast(FloatDType::F32)
-}
+/// `|y| * (1 + STEP)` rounds to `|y|`'s upper bf16 neighbour and `|y| * (1 - STEP)` to its
+/// lower one, for any normal bf16 `y`: the products are exact in f32 (8 + 11 significant bits)
+/// and land between 0.5 and 1.5 spacings away, also where the spacing halves below a power of
+/// two.
+const STEP: f32 = 1.0 / 256.0 + 1.0 / 1024.0;
 
 /// `value` rounded to bf16 stochastically: to the bf16 neighbour above or below with
 /// probabilities that make the expected result `value` itself, where the rounding draws
@@ -38,18 +34,23 @@ fn through_bf16<B: Backend>(x: Tensor<B, 1>) -> Tensor<B, 1> {
 /// ```
 pub fn stochastic_round<B: Backend>(value: Tensor<B, 1>, uniforms: Tensor<B, 1>) -> Tensor<B, 1> {
     let x = value.cast(FloatDType::F32);
-    let near = through_bf16(x.clone());
+    let near_bf16 = x.clone().cast(FloatDType::BF16);
+    let near = near_bf16.clone().cast(FloatDType::F32);
     // Exact in f32: `near` is within half a bf16 spacing of `x`.
     let residual = x.sub(near.clone());
-    let magnitude = near.clone().abs();
-    let up = through_bf16(magnitude.clone().mul_scalar(UP));
-    let down = through_bf16(magnitude.mul_scalar(DOWN));
-    let away = residual.clone().sign().equal(near.clone().sign());
-    let other = down.mask_where(away, up).mul(near.clone().sign());
-    let gap = other.clone().sub(near.clone()).abs();
-    let chance = residual.abs().div(gap);
-    let take = uniforms.cast(FloatDType::F32).lower(chance);
-    near.mask_where(take, other).cast(FloatDType::BF16)
+    // 1 where the residual points away from zero, -1 where towards it, 0 where `x` is exact.
+    let direction = residual.clone().sign().mul(near.clone().sign());
+    let other_bf16 = near
+        .clone()
+        .mul(direction.mul_scalar(STEP).add_scalar(1.0))
+        .cast(FloatDType::BF16);
+    let gap = other_bf16.clone().cast(FloatDType::F32).sub(near).abs();
+    // Up with probability |residual| / gap; never where the gap is 0 or NaN.
+    let take = uniforms
+        .cast(FloatDType::F32)
+        .mul(gap)
+        .lower(residual.abs());
+    near_bf16.mask_where(take, other_bf16)
 }
 
 /// `value` split into its bf16 rounding and the bf16 remainder: `value ≈ weight + compensation`
