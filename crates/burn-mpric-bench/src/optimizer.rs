@@ -832,9 +832,26 @@ fn bytes_target(precision: &str) -> Option<f64> {
     }
 }
 
-/// A measured figure meets a bytes target when it is within 5% of it (the tensors' own
-/// bookkeeping and Adam's one-element scalars come on top of the promise).
-const BYTES_SLACK: f64 = 1.05;
+/// A bytes target is judged on the figure net of the tensors' bookkeeping: the measured bytes
+/// minus what the wrapper at f32 state and f32 master weights holds above its own promise (16)
+/// in the same group. That excess is a few KiB per parameter tensor (shapes, ids, records,
+/// autodiff nodes), the same in every wrapper mode and independent of the tensors' sizes, so
+/// it is a cost per tensor, not per parameter; the raw figure is reported beside it. Met when
+/// the net figure is within 1% of the target.
+const BYTES_SLACK: f64 = 1.01;
+
+/// What the wrapper at f32 holds above its promise in `g`, per parameter (0 when it was not
+/// read).
+fn bookkeeping(g: &Group) -> f64 {
+    g.rows
+        .get(1)
+        .and_then(|row| match &row.result {
+            Ok(ModeMeasured { bytes: Ok(b), .. }) => Some(b.total - row.promised.total() as f64),
+            _ => None,
+        })
+        .unwrap_or(0.0)
+        .max(0.0)
+}
 
 /// The step-time target on Flex: at most this times the reference's step.
 const TIME_TARGET: f64 = 1.10;
@@ -855,9 +872,10 @@ pub fn targets(runs: &[EditionRun]) -> Vec<Target> {
                     continue;
                 }
                 if let Ok(ModeMeasured { bytes: Ok(b), .. }) = &row.result {
-                    met &= b.total <= target * BYTES_SLACK;
+                    let net = b.total - bookkeeping(g);
+                    met &= net <= target * BYTES_SLACK;
                     measured.push(format!(
-                        "{} {} {}: {:.2}",
+                        "{} {} {}: {net:.2} ({:.2} raw)",
                         g.backend,
                         edition_short(&g.edition),
                         g.workload.name(),
@@ -869,7 +887,7 @@ pub fn targets(runs: &[EditionRun]) -> Vec<Target> {
         targets.push(Target {
             name: format!("bytes per parameter, Adam, state bf16, master {master}"),
             requirement: format!(
-                "params + grads + state + buffers <= {target} bytes (within 5%), against 12-16 today"
+                "params + grads + state + buffers <= {target} bytes per parameter (within 1%, net of the tensors' bookkeeping: the f32 wrapper's excess over 16 in the same group), against 12-16 today"
             ),
             verdict: verdict(met, &measured),
             measured: joined(measured),
@@ -1050,6 +1068,19 @@ fn group_markdown(s: &mut String, g: &Group) {
             }
         }
     }
+    let reference_below = match g.rows.first().map(|r| (&r.result, r.promised.total())) {
+        Some((Ok(ModeMeasured { bytes: Ok(b), .. }), promised)) => b.total < promised as f64 - 1.0,
+        _ => false,
+    };
+    if reference_below && edition_short(&g.edition) == "0.21" {
+        let _ = writeln!(
+            s,
+            "\nBurn's Adam holds less than its promise here: under the decorator its update runs \
+             through `MixedPrecision`, and its first moment comes out at the policy's compute \
+             dtype, bf16 (its record holds `moment_1` at bf16, `moment_2` at f32): 4 + 4 + 2 + 4 \
+             = 14 bytes per parameter, and a first moment rounded to nearest at every step."
+        );
+    }
     let steps = g
         .rows
         .iter()
@@ -1147,6 +1178,36 @@ mod tests {
                 assert!(m.final_loss.is_finite() && m.median_ms > 0.0, "{context}");
             }
         }
+    }
+
+    /// What the report says of Burn's Adam under the decorator at `p=f32,c=bf16,o=f32`: its
+    /// first moment is stored at bf16, its second at f32.
+    #[test]
+    fn burn_adam_under_the_decorator_keeps_its_first_moment_at_bf16() {
+        use burn::optim::Adam;
+        use burn::optim::adaptor::OptimizerAdaptor;
+        use burn::optim::record::{AdaptorRecord, AdaptorRecordV1};
+
+        type B = Mp<burn::backend::Flex>;
+        let policy: Policy = POLICY_021.parse().unwrap();
+        let device = MixedPrecision::<burn::backend::Flex>::device(Default::default(), policy)
+            .expect("Flex runs bf16");
+        let model = Mlp::<B>::new(&[8, 16, 4], &device);
+        let mut optim: OptimizerAdaptor<Adam, Mlp<B>, B> = AdamConfig::new().init();
+        let x = Tensor::<B, 2>::ones([2, 8], &device);
+        let loss = model.forward(x).cast(FloatDType::F32).sum();
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        let _model = optim.step(LR, model, grads);
+        let mut weights = 0;
+        for record in optim.to_record().into_values() {
+            let AdaptorRecord::V1(AdaptorRecordV1::Rank2(state)) = record else {
+                continue;
+            };
+            weights += 1;
+            assert_eq!(state.momentum.moment_1.dtype(), DType::BF16);
+            assert_eq!(state.momentum.moment_2.dtype(), DType::F32);
+        }
+        assert_eq!(weights, 2);
     }
 
     #[test]
