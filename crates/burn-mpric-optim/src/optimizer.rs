@@ -15,8 +15,8 @@ use burn_mpric_core::optim::{
 };
 use burn_mpric_scale::{BurnDType, DeviceRule};
 
+use crate::params::store_params;
 use crate::round::{kahan_split, stochastic_round};
-use crate::storage::store_params;
 
 /// An update rule (Adam, AdamW, SGD: [`DeviceAdamConfig`](burn_mpric_scale::DeviceAdamConfig),
 /// [`DeviceAdamWConfig`](burn_mpric_scale::DeviceAdamWConfig),

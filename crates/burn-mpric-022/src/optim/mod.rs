@@ -55,14 +55,16 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod held;
 mod optimizer;
+mod params;
 mod round;
-mod storage;
 
 pub use burn_mpric_core::optim::{
     BytesPerParameter, HeldBytes, MasterWeights, OptimizerPrecision, PrecisionError,
     RoundingStream, StateDtype,
 };
+pub use held::held_bytes;
 pub use optimizer::{LowPrecisionOptimizer, LowPrecisionState};
+pub use params::store_params;
 pub use round::{kahan_split, stochastic_round};
-pub use storage::{held_bytes, store_params};

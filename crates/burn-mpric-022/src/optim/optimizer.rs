@@ -14,8 +14,8 @@ use burn_mpric_core::optim::{
 };
 use burn_store::burn_pack::Scalar;
 
+use super::params::store_params;
 use super::round::{kahan_split, stochastic_round};
-use super::storage::store_params;
 use crate::device::DeviceRule;
 use crate::dtype::{plain_float, to_burn_dtype};
 

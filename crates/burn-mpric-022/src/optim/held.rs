@@ -1,75 +1,13 @@
-//! Where the parameters are kept, and what they and the optimizer's state hold in bytes.
+//! What the parameters and the optimizer's state hold in bytes, read from the tensors.
 
-use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
+use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::ModuleOptimizer;
-use burn::tensor::{FloatDType, Tensor};
-use burn_mpric_core::optim::{HeldBytes, MasterWeights};
+use burn::tensor::Tensor;
+use burn_mpric_core::optim::HeldBytes;
 use burn_store::burn_pack::Reader;
 
 use super::optimizer::LowPrecisionState;
-use crate::dtype::{plain_float, stored_dtype};
-
-/// `module` with its float parameters stored at the dtype `master` keeps them at: bf16 for
-/// stochastic rounding and Kahan, unchanged for f32 master weights. Call it on a new model and
-/// on one loaded from a checkpoint, so that every step sees the same dtypes; under
-/// [`autocast`](crate::autocast()), after autocasting (which stores parameters at the policy's
-/// param dtype). Each parameter keeps its id, whether it takes a gradient and its
-/// reparameterization; one not yet initialized stays lazy.
-///
-/// # Example
-///
-/// ```
-/// use burn::nn::LinearConfig;
-/// use burn::tensor::{DType, Device};
-/// use burn_mpric_022::optim::{MasterWeights, store_params};
-///
-/// let model = LinearConfig::new(2, 2).init(&Device::flex());
-/// let model = store_params(MasterWeights::Stochastic, model);
-/// assert_eq!(model.weight.val().dtype(), DType::BF16);
-/// let model = store_params(MasterWeights::F32, model); // f32 master weights leave it as it is
-/// assert_eq!(model.weight.val().dtype(), DType::BF16);
-/// ```
-pub fn store_params<M: Module>(master: MasterWeights, module: M) -> M {
-    if master.is_bf16() {
-        module.map(&mut StoreParams::bf16())
-    } else {
-        module
-    }
-}
-
-/// Casts every float parameter's stored value to one dtype, keeping its id, whether it takes a
-/// gradient and its reparameterization (a module mapper sees the stored value only).
-struct StoreParams {
-    dtype: FloatDType,
-}
-
-impl StoreParams {
-    fn bf16() -> Self {
-        Self {
-            dtype: FloatDType::BF16,
-        }
-    }
-}
-
-impl ModuleMapper for StoreParams {
-    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
-        if plain_float(stored_dtype(&param)).is_none() {
-            return param; // quantized: never cast
-        }
-        let dtype = self.dtype;
-        // A new leaf at `dtype` (casting a tracked leaf would make a non-leaf, whose gradient
-        // would flow to the old value); a lazy parameter stays lazy.
-        param.init_mapper(move |tensor| {
-            let require_grad = tensor.is_require_grad();
-            let tensor = tensor.cast(dtype).detach();
-            if require_grad {
-                tensor.require_grad()
-            } else {
-                tensor
-            }
-        })
-    }
-}
+use crate::dtype::stored_dtype;
 
 /// The stored parameters' bytes and elements, read without initializing a lazy parameter.
 struct ParamBytes {
