@@ -575,30 +575,10 @@ pub fn run_021<I: Backend>(setup: &Setup<I>) -> EditionRun {
         Ok(device) => device,
         Err(e) => return EditionRun::skipped(setup.name, edition, e.to_string()),
     };
-    let groups = specs(&setup.sizes)
-        .into_iter()
-        .map(|(workload, spec)| {
-            let factories = modes()
-                .iter()
-                .map(|m| Ok(factory021::<I>(&device, &spec, m.precision)))
-                .collect();
-            measure(
-                setup.name,
-                &edition,
-                workload,
-                &spec,
-                &setup.memory,
-                setup.budget,
-                factories,
-            )
-        })
-        .collect();
-    EditionRun {
-        backend: setup.name.to_string(),
-        edition,
-        skipped: None,
-        groups,
-    }
+    let sizes = (&setup.sizes, &setup.memory, setup.budget);
+    run_groups(setup.name, edition, sizes, |spec, precision| {
+        factory021::<I>(&device, spec, precision)
+    })
 }
 
 /// The Burn 0.22 edition's modes on one backend; skipped where the device does not run bf16.
@@ -616,26 +596,33 @@ pub fn run_022(setup: &Setup022) -> EditionRun {
             return EditionRun::skipped(setup.name, edition, why);
         }
     };
-    let groups = specs(&setup.sizes)
+    let sizes = (&setup.sizes, &setup.memory, setup.budget);
+    run_groups(setup.name, edition, sizes, |spec, precision| {
+        factory022(&device, policy, spec, precision)
+    })
+}
+
+/// Every workload of `sizes` measured in every mode, the factories made by `factory`.
+fn run_groups(
+    backend: &'static str,
+    edition: String,
+    (sizes, memory, budget): (&crate::run::Sizes, &MemorySource, Budget),
+    factory: impl Fn(&Spec, Option<OptimizerPrecision>) -> OptimFactory,
+) -> EditionRun {
+    let groups = specs(sizes)
         .into_iter()
         .map(|(workload, spec)| {
             let factories = modes()
                 .iter()
-                .map(|m| Ok(factory022(&device, policy, &spec, m.precision)))
+                .map(|m| Ok(factory(&spec, m.precision)))
                 .collect();
             measure(
-                setup.name,
-                &edition,
-                workload,
-                &spec,
-                &setup.memory,
-                setup.budget,
-                factories,
+                backend, &edition, workload, &spec, memory, budget, factories,
             )
         })
         .collect();
     EditionRun {
-        backend: setup.name.to_string(),
+        backend: backend.to_string(),
         edition,
         skipped: None,
         groups,
