@@ -85,7 +85,7 @@ use burn_mpric_core::{FloatDType, Policy, PolicyError, ResolvedPolicy};
 
 use crate::cast::CastFloat;
 use crate::dtype::{
-    from_burn_dtype, plain_float, stored_dtype, supported_float_dtypes, to_burn_dtype,
+    from_burn_dtype, leaf_at, plain_float, stored_dtype, supported_float_dtypes, to_burn_dtype,
 };
 
 /// The reparameterization [`Autocast`] attaches: the stored parameter, used at `dtype`.
@@ -918,17 +918,7 @@ impl Reparameterizer for CastReparameterizer {
         };
         let param = if decision.cast_base {
             let dtype = self.param;
-            // A new leaf at the param dtype: casting a tracked leaf would make a non-leaf,
-            // whose gradient would flow to the old value instead.
-            param.init_mapper(move |tensor| {
-                let require_grad = tensor.is_require_grad();
-                let tensor = tensor.cast(dtype).detach();
-                if require_grad {
-                    tensor.require_grad()
-                } else {
-                    tensor
-                }
-            })
+            param.init_mapper(move |tensor| leaf_at(tensor, dtype))
         } else {
             param
         };

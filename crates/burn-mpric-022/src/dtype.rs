@@ -110,3 +110,18 @@ pub(crate) fn stored_dtype<const D: usize>(param: &Param<Tensor<D>>) -> DType {
         param.lazy_device().settings().float_dtype.into()
     }
 }
+
+/// `tensor` as a new leaf at `dtype`, taking a gradient where it did: casting a tracked leaf
+/// would make a non-leaf, whose gradient would flow to the old value instead.
+pub(crate) fn leaf_at<const D: usize>(
+    tensor: Tensor<D>,
+    dtype: burn::tensor::FloatDType,
+) -> Tensor<D> {
+    let require_grad = tensor.is_require_grad();
+    let tensor = tensor.cast(dtype).detach();
+    if require_grad {
+        tensor.require_grad()
+    } else {
+        tensor
+    }
+}

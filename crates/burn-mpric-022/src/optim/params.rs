@@ -4,7 +4,7 @@ use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::{FloatDType, Tensor};
 use burn_mpric_core::optim::MasterWeights;
 
-use crate::dtype::{plain_float, stored_dtype};
+use crate::dtype::{leaf_at, plain_float, stored_dtype};
 
 /// `module` with its float parameters stored at the dtype `master` keeps them at: bf16 for
 /// stochastic rounding and Kahan, unchanged for f32 master weights. Call it on a new model and
@@ -54,16 +54,7 @@ impl ModuleMapper for StoreParams {
             return param; // quantized: never cast
         }
         let dtype = self.dtype;
-        // A new leaf at `dtype` (casting a tracked leaf would make a non-leaf, whose gradient
-        // would flow to the old value); a lazy parameter stays lazy.
-        param.init_mapper(move |tensor| {
-            let require_grad = tensor.is_require_grad();
-            let tensor = tensor.cast(dtype).detach();
-            if require_grad {
-                tensor.require_grad()
-            } else {
-                tensor
-            }
-        })
+        // A lazy parameter stays lazy.
+        param.init_mapper(move |tensor| leaf_at(tensor, dtype))
     }
 }
