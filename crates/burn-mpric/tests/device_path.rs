@@ -661,3 +661,97 @@ fn half_parameters_keep_their_dtype_and_train_on_the_device_path() {
             .all(|(_, tensors)| tensors.iter().all(|t| t.dtype == burn::tensor::DType::F32))
     );
 }
+
+/// A stack of `layers` linear layers (two parameters each).
+#[derive(Module, Debug)]
+struct Stack<B: Backend> {
+    layers: Vec<Linear<B>>,
+}
+
+impl<B: Backend> Stack<B> {
+    fn new(layers: usize, device: &B::Device) -> Self {
+        let layers = (0..layers)
+            .map(|_| LinearConfig::new(8, 8).init(device))
+            .collect();
+        Self { layers }
+    }
+
+    fn loss(&self, device: &B::Device) -> Tensor<B, 1> {
+        let x = Tensor::<B, 2>::ones([2, 8], device);
+        self.layers
+            .iter()
+            .fold(x, |x, layer| layer.forward(x).tanh())
+            .square()
+            .mean()
+    }
+}
+
+/// The backend ops of the second optimizer step over a `layers`-layer stack: Burn's Adam,
+/// and the device path's Adam with its flag.
+fn optimizer_ops(layers: usize) -> (usize, usize) {
+    type Inner = Instrumented<Flex>;
+    type B = Autodiff<Inner>;
+    let device = Default::default();
+    let flag = || Tensor::<Inner, 1, Bool>::from_bool(TensorData::from([true]), &device);
+    let grads =
+        |model: &Stack<B>| GradientsParams::from_grads(model.loss(&device).backward(), model);
+
+    let mut model = Stack::<B>::new(layers, &device);
+    let mut burn_adam = AdamConfig::new().init::<B, Stack<B>>();
+    let mut ours = model.clone();
+    let mut device_adam = DeviceOptimizer::new(DeviceAdamConfig::new());
+    let (mut burn_ops, mut our_ops) = (0, 0);
+    for _ in 0..2 {
+        let g = grads(&model);
+        let (next, ops) = record(|| burn_adam.step(1e-3, model, g));
+        (model, burn_ops) = (next, ops.len());
+        let (g, applied) = (grads(&ours), flag());
+        let (next, ops) = record(|| device_adam.step(1e-3, ours, g, applied));
+        (ours, our_ops) = (next, ops.len());
+    }
+    (burn_ops, our_ops)
+}
+
+#[test]
+fn the_device_path_runs_as_many_ops_per_parameter_as_burns_adam_plus_the_skip() {
+    let (burn_small, ours_small) = optimizer_ops(2);
+    let (burn_large, ours_large) = optimizer_ops(6);
+    let added_params = 8;
+    let burn_per_param = (burn_large - burn_small) as f64 / added_params as f64;
+    let ours_per_param = (ours_large - ours_small) as f64 / added_params as f64;
+    // Per parameter: Burn's elementwise update, and the gradient zeroed where the step is
+    // skipped (a mask and its fill) with its reshapes; the step's coefficients (the skip,
+    // the bias corrections) are computed once, whatever the parameter count.
+    assert!(
+        ours_per_param <= burn_per_param + 5.0,
+        "{ours_per_param} ops per parameter against Burn's {burn_per_param}"
+    );
+    let fixed = ours_small as f64 - 4.0 * ours_per_param;
+    assert!(
+        fixed <= 20.0,
+        "the step's coefficients cost {fixed} ops (measured on {ours_small})"
+    );
+}
+
+#[test]
+fn a_loaded_optimizer_computes_the_coefficients_once_as_before_the_save() {
+    type Inner = Instrumented<Flex>;
+    type B = Autodiff<Inner>;
+    let device = Default::default();
+    let flag = || Tensor::<Inner, 1, Bool>::from_bool(TensorData::from([true]), &device);
+    let grads =
+        |model: &Stack<B>| GradientsParams::from_grads(model.loss(&device).backward(), model);
+    let mut model = Stack::<B>::new(4, &device);
+    let mut optim = DeviceOptimizer::new(DeviceAdamConfig::new());
+    for _ in 0..2 {
+        let g = grads(&model);
+        model = optim.step(1e-3, model, g, flag());
+    }
+    let mut loaded = DeviceOptimizer::new(DeviceAdamConfig::new()).load_record(optim.to_record());
+    let (g, applied) = (grads(&model), flag());
+    let (from_loaded, loaded_ops) = record(|| loaded.step(1e-3, model.clone(), g, applied));
+    let (g, applied) = (grads(&model), flag());
+    let (from_running, running_ops) = record(|| optim.step(1e-3, model, g, applied));
+    assert_eq!(loaded_ops.len(), running_ops.len());
+    assert_eq!(params(&from_loaded), params(&from_running));
+}

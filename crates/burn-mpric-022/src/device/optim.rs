@@ -1,12 +1,15 @@
-//! The optimizer step whose skip is a select on the device: every parameter and state tensor
-//! takes its updated value where the step's finiteness flag is true and keeps its old one
-//! where it is false, so nothing is read between backward and the update.
+//! The optimizer step whose skip is decided on the device, with nothing read between backward
+//! and the update. The skip is folded into the step's one-element coefficients (learning
+//! rate, betas, bias corrections: on a skipped step they keep every value as it was), which
+//! are computed once for each cohort of parameters stepped together rather than once per
+//! parameter; a parameter's own update is then elementwise ops on its gradient, zeroed where
+//! the step is skipped, as many as Burn's own optimizer runs, with no select.
 
 use std::collections::HashMap;
 
 use burn::module::{Module, ModuleMapper, Param, ParamId};
 use burn::optim::GradientsParams;
-use burn::tensor::{Bool, FloatDType, Tensor};
+use burn::tensor::{Bool, Device, FloatDType, Tensor, Transaction};
 
 use super::rules::DeviceRule;
 use crate::dtype::plain_float;
@@ -18,7 +21,9 @@ use crate::dtype::plain_float;
 /// parameters' dtype, each parameter keeping the dtype it is stored at.
 ///
 /// Where the flag is false, the parameters and every state tensor (moments, the betas'
-/// powers that stand for Adam's step count, SGD's velocity) are the old values, bit for bit.
+/// powers that stand for Adam's step count, SGD's velocity) are the old values, bit for bit:
+/// the step's coefficients make the update an identity there (a zero learning rate, betas of
+/// 1, the gradient zeroed), so no old value is held for a select.
 ///
 /// # Example
 ///
@@ -47,6 +52,10 @@ use crate::dtype::plain_float;
 pub struct DeviceOptimizer<R: DeviceRule> {
     rule: R,
     states: DeviceOptimizerRecord,
+    /// Parameters in one cohort hold the same one-element state (Adam's step count, SGD's
+    /// first-step flag): their step's coefficients are computed once, not per parameter.
+    cohorts: HashMap<ParamId, u64>,
+    next_cohort: u64,
 }
 
 /// A [`DeviceOptimizer`]'s state: each parameter's state tensors, flat, by parameter id.
@@ -78,6 +87,8 @@ impl<R: DeviceRule> DeviceOptimizer<R> {
         Self {
             rule,
             states: HashMap::new(),
+            cohorts: HashMap::new(),
+            next_cohort: 0,
         }
     }
 
@@ -126,7 +137,10 @@ impl<R: DeviceRule> DeviceOptimizer<R> {
         let mut mapper = Mapper::<R> {
             rule: &self.rule,
             states: &mut self.states,
+            cohorts: &mut self.cohorts,
+            next_cohort: &mut self.next_cohort,
             grads: &mut grads,
+            step: Vec::new(),
             applied,
             lr,
         };
@@ -161,17 +175,110 @@ impl<R: DeviceRule> DeviceOptimizer<R> {
     /// ```
     #[must_use]
     pub fn load_record(mut self, record: DeviceOptimizerRecord) -> Self {
+        self.cohorts = cohorts_of(&record, self.rule.elementwise_slots());
+        self.next_cohort = self.cohorts.values().max().map_or(0, |last| last + 1);
         self.states = record;
         self
     }
 }
 
+/// Groups a loaded record's parameters by their one-element state, read once (a load is
+/// off the step's path): equal values on one device make one cohort. Where the read fails,
+/// each parameter is a cohort of its own, which is slower, never wrong.
+fn cohorts_of(record: &DeviceOptimizerRecord, elementwise: usize) -> HashMap<ParamId, u64> {
+    let ids: Vec<ParamId> = record.keys().copied().collect();
+    let mut transaction = Transaction::default();
+    for id in &ids {
+        for scalar in record[id].iter().skip(elementwise) {
+            transaction = transaction.register(scalar.clone());
+        }
+    }
+    let bits = |data: burn::tensor::TensorData| {
+        data.try_to_vec::<f32>()
+            .map(|values| values.iter().map(|x| x.to_bits()).collect::<Vec<_>>())
+    };
+    let values = transaction
+        .try_execute()
+        .ok()
+        .map(|data| data.into_iter().map(bits).collect::<Result<Vec<_>, _>>());
+    let Some(Ok(values)) = values else {
+        return ids.into_iter().zip(0..).collect();
+    };
+    let per_param = record
+        .values()
+        .next()
+        .map_or(0, |state| state.len() - elementwise);
+    let mut seen: Vec<(Device, Vec<Vec<u32>>)> = Vec::new();
+    let mut cohorts = HashMap::new();
+    for (id, key) in ids.iter().zip(values.chunks(per_param.max(1))) {
+        let Some(device) = record[id].first().map(Tensor::device) else {
+            continue;
+        };
+        let key = key.to_vec();
+        let cohort = match seen.iter().position(|(d, k)| *d == device && *k == key) {
+            Some(found) => found,
+            None => {
+                seen.push((device, key));
+                seen.len() - 1
+            }
+        };
+        cohorts.insert(*id, cohort as u64);
+    }
+    cohorts
+}
+
+/// One cohort's coefficients for this step, and the cohort its parameters join.
+struct Cohort {
+    /// The cohort the parameters were in (`None`: parameters stepped for the first time).
+    was: Option<u64>,
+    device: Device,
+    becomes: u64,
+    coefficients: Vec<Tensor<1>>,
+    next: Vec<Tensor<1>>,
+    /// Where the step is skipped (gradients are zeroed there before the update).
+    skipped: Tensor<1, Bool>,
+}
+
 struct Mapper<'a, R: DeviceRule> {
     rule: &'a R,
     states: &'a mut DeviceOptimizerRecord,
+    cohorts: &'a mut HashMap<ParamId, u64>,
+    next_cohort: &'a mut u64,
     grads: &'a mut GradientsParams,
+    /// The cohorts met in this step.
+    step: Vec<Cohort>,
     applied: Tensor<1, Bool>,
     lr: f64,
+}
+
+impl<R: DeviceRule> Mapper<'_, R> {
+    /// The cohort a parameter in `was` on `device` steps with (its index in `step`), its
+    /// coefficients computed from `scalars` the first time the cohort is met in this step.
+    fn cohort(&mut self, was: Option<u64>, device: &Device, scalars: Vec<Tensor<1>>) -> usize {
+        let found = self
+            .step
+            .iter()
+            .position(|c| c.was == was && (was.is_some() || c.device == *device));
+        match found {
+            Some(index) => index,
+            None => {
+                let applied = self.applied.clone().to_device(device);
+                let (coefficients, next) =
+                    self.rule.coefficients(self.lr, &scalars, &applied, device);
+                let becomes = *self.next_cohort;
+                *self.next_cohort += 1;
+                self.step.push(Cohort {
+                    was,
+                    device: device.clone(),
+                    becomes,
+                    coefficients,
+                    next,
+                    skipped: applied.bool_not(),
+                });
+                self.step.len() - 1
+            }
+        }
+    }
 }
 
 impl<R: DeviceRule> ModuleMapper for Mapper<'_, R> {
@@ -185,33 +292,38 @@ impl<R: DeviceRule> ModuleMapper for Mapper<'_, R> {
         let inner = tensor.inner();
         let (shape, device, dtype) = (inner.shape(), inner.device(), inner.dtype());
         let len = shape.num_elements();
-        let old = inner.reshape([len]);
         let wide = |t: Tensor<1>| t.cast(FloatDType::F32);
-        let state = self
-            .states
-            .remove(&id)
-            .unwrap_or_else(|| self.rule.init_state(len, &device));
-        let (new, new_state) = self.rule.update(
-            self.lr,
-            wide(old.clone()),
-            wide(grad.to_device(&device).reshape([len])),
-            state.clone(),
+        let (mut slots, was) = match self.states.remove(&id) {
+            // A parameter without a cohort (none was recorded) is a cohort of its own.
+            Some(state) => {
+                let cohort = self.cohorts.get(&id).copied().unwrap_or_else(|| {
+                    *self.next_cohort += 1;
+                    *self.next_cohort - 1
+                });
+                (state, Some(cohort))
+            }
+            None => (self.rule.init_state(len, &device), None),
+        };
+        let scalars = slots.split_off(self.rule.elementwise_slots());
+        let index = self.cohort(was, &device, scalars);
+        let cohort = &self.step[index];
+        let grad = grad
+            .to_device(&device)
+            .reshape([len])
+            .mask_fill(cohort.skipped.clone().expand([len]), 0.0);
+        let (new, mut state) = self.rule.apply(
+            &cohort.coefficients,
+            wide(inner.reshape([len])),
+            wide(grad),
+            slots,
         );
-        let keep = |t: Tensor<1>| match plain_float(dtype) {
-            Some(own) => t.cast(own),
-            None => t,
+        let param = match plain_float(dtype) {
+            Some(own) => new.cast(own),
+            None => new,
         };
-        let applied = self.applied.clone().to_device(&device);
-        let select = |old: Tensor<1>, new: Tensor<1>| {
-            let mask = applied.clone().expand([old.dims()[0]]);
-            old.mask_where(mask, new)
-        };
-        let param = select(old, keep(new));
-        let state = state
-            .into_iter()
-            .zip(new_state)
-            .map(|(old, new)| select(old, new))
-            .collect();
+        state.extend(cohort.next.iter().cloned());
+        let becomes = cohort.becomes;
+        self.cohorts.insert(id, becomes);
         self.states.insert(id, state);
         let mut tensor = Tensor::from_inner(param.reshape(shape));
         if let Some(strategy) = checkpointing {

@@ -1,9 +1,11 @@
 //! The update rules the device path runs: Adam, AdamW and SGD (with momentum), as Burn 0.22
 //! writes them, on flat f32 tensors whose state includes what Burn keeps on the host (Adam's
 //! step count as powers of the betas, SGD's first-step flag), so that a skipped step can
-//! leave all of it untouched by a select.
+//! leave all of it untouched: `update` for one parameter at a time (the low-precision
+//! optimizers), `coefficients` and `apply` for the device path's step, whose coefficients
+//! carry the skip.
 
-use burn::tensor::{Device, FloatDType, Tensor};
+use burn::tensor::{Bool, Device, FloatDType, Tensor};
 use burn_mpric_core::optim::StateSlots;
 use burn_mpric_core::scale::{DeviceAdamConfig, DeviceAdamWConfig, DeviceSgdConfig};
 
@@ -40,6 +42,107 @@ pub trait DeviceRule: StateSlots + Clone + Send + Sync + 'static {
         grad: Tensor<1>,
         state: Vec<Tensor<1>>,
     ) -> (Tensor<1>, Vec<Tensor<1>>);
+
+    /// One step's one-element coefficients for every parameter whose one-element state
+    /// (the state after the [`elementwise_slots`](StateSlots::elementwise_slots)) is
+    /// `scalars`, with the skip folded in: where `applied` is false they make
+    /// [`apply`](Self::apply) return its inputs unchanged, bit for bit. Also returns the next
+    /// one-element state (the old one where `applied` is false). Computed once for all the
+    /// parameters stepped together, so that a parameter's own update is elementwise ops
+    /// only, with no select.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::tensor::{Bool, Device, Tensor};
+    /// use burn_mpric_022::DeviceRule;
+    /// use burn_mpric_core::scale::DeviceSgdConfig;
+    ///
+    /// let device = Device::flex();
+    /// let sgd = DeviceSgdConfig::new();
+    /// let flag = |value| Tensor::<1, Bool>::from_bool([value], &device);
+    /// let param = Tensor::<1>::from_floats([1.0, 2.0], &device);
+    /// let grad = Tensor::<1>::from_floats([10.0, -10.0], &device);
+    /// for (applied, expected) in [(true, [0.0, 3.0]), (false, [1.0, 2.0])] {
+    ///     let (coefficients, _) = sgd.coefficients(0.1, &[], &flag(applied), &device);
+    ///     let (stepped, _) = sgd.apply(&coefficients, param.clone(), grad.clone(), vec![]);
+    ///     assert_eq!(stepped.into_data().try_to_vec::<f32>().unwrap(), expected);
+    /// }
+    /// ```
+    fn coefficients(
+        &self,
+        lr: f64,
+        scalars: &[Tensor<1>],
+        applied: &Tensor<1, Bool>,
+        device: &Device,
+    ) -> (Vec<Tensor<1>>, Vec<Tensor<1>>);
+
+    /// One parameter's update at f32 by a step's [`coefficients`](Self::coefficients):
+    /// the new parameter and the new per-element state. `grad` must be finite (zeros on a
+    /// skipped step): a skipped step multiplies it by 0.
+    fn apply(
+        &self,
+        coefficients: &[Tensor<1>],
+        param: Tensor<1>,
+        grad: Tensor<1>,
+        slots: Vec<Tensor<1>>,
+    ) -> (Tensor<1>, Vec<Tensor<1>>);
+}
+
+/// `yes` where `applied` is true, `no` where it is false: a one-element tensor of
+/// `like`'s dtype and device (f32: the one-element state).
+fn pick(like: &Tensor<1>, applied: &Tensor<1, Bool>, yes: f32, no: f32) -> Tensor<1> {
+    like.full_like(no).mask_fill(applied.clone(), yes)
+}
+
+/// One step of Adam or AdamW before the rule's own coefficients.
+struct AdamStep {
+    coefficients: Vec<Tensor<1>>,
+    /// `beta_1^t` and `beta_2^t` one step on, whatever the flag.
+    powers: [Tensor<1>; 2],
+    next: Vec<Tensor<1>>,
+}
+
+/// The coefficients shared by Adam and AdamW: `[lr, beta_1, 1 - beta_1, beta_2, 1 - beta_2]`
+/// where the step is applied, `[0, 1, 0, 1, 0]` where it is skipped, and the betas' powers
+/// one step on (advanced whatever the flag, so that the bias corrections stay finite on a
+/// skipped first step) with the next state (advanced only where applied).
+fn adam_coefficients(
+    (beta_1, beta_2): (f32, f32),
+    lr: f64,
+    scalars: &[Tensor<1>],
+    applied: &Tensor<1, Bool>,
+) -> AdamStep {
+    let [p1, p2] = [0, 1].map(|i| scalars[i].clone());
+    let (a1, a2) = (p1.clone().mul_scalar(beta_1), p2.clone().mul_scalar(beta_2));
+    let next = vec![
+        p1.mask_where(applied.clone(), a1.clone()),
+        p2.mask_where(applied.clone(), a2.clone()),
+    ];
+    let like = &a1;
+    let coefficients = vec![
+        pick(like, applied, lr as f32, 0.0),
+        pick(like, applied, beta_1, 1.0),
+        pick(like, applied, 1.0 - beta_1, 0.0),
+        pick(like, applied, beta_2, 1.0),
+        pick(like, applied, 1.0 - beta_2, 0.0),
+    ];
+    AdamStep {
+        coefficients,
+        powers: [a1, a2],
+        next,
+    }
+}
+
+/// Adam's moments after one more (finite) gradient, by the coefficients of
+/// [`adam_coefficients`]: the old moments where the step is skipped.
+fn masked_moments(c: &[Tensor<1>], grad: Tensor<1>, slots: Vec<Tensor<1>>) -> [Tensor<1>; 2] {
+    let [m, v]: [Tensor<1>; 2] = slots
+        .try_into()
+        .unwrap_or_else(|s: Vec<_>| panic!("Adam keeps 2 moments, got {}", s.len()));
+    let m = m.mul(c[1].clone()).add(grad.clone().mul(c[2].clone()));
+    let v = v.mul(c[3].clone()).add(grad.square().mul(c[4].clone()));
+    [m, v]
 }
 
 /// Adam's moments after one more gradient, and the betas' powers after one more step.
@@ -89,6 +192,42 @@ impl DeviceRule for DeviceAdamConfig {
         let delta = m.clone().mul(combined).div(denominator);
         (param.sub(delta.mul_scalar(lr)), vec![m, v, p1, p2])
     }
+
+    fn coefficients(
+        &self,
+        lr: f64,
+        scalars: &[Tensor<1>],
+        applied: &Tensor<1, Bool>,
+        _device: &Device,
+    ) -> (Vec<Tensor<1>>, Vec<Tensor<1>>) {
+        let betas = (self.beta_1, self.beta_2);
+        let AdamStep {
+            coefficients: mut c,
+            powers: [p1, p2],
+            next,
+        } = adam_coefficients(betas, lr, scalars, applied);
+        // As `update`: m * combined / (sqrt(v) + eps * sqrt(1 - b2^t)).
+        let correction_2 = p2.neg().add_scalar(1.0).sqrt();
+        c.push(correction_2.clone().div(p1.neg().add_scalar(1.0)));
+        c.push(correction_2.mul_scalar(self.epsilon));
+        (c, next)
+    }
+
+    fn apply(
+        &self,
+        c: &[Tensor<1>],
+        param: Tensor<1>,
+        mut grad: Tensor<1>,
+        slots: Vec<Tensor<1>>,
+    ) -> (Tensor<1>, Vec<Tensor<1>>) {
+        if let Some(penalty) = self.weight_decay {
+            grad = param.clone().mul_scalar(penalty).add(grad);
+        }
+        let [m, v] = masked_moments(c, grad, slots);
+        let denominator = v.clone().sqrt().add(c[6].clone());
+        let delta = m.clone().mul(c[5].clone()).div(denominator);
+        (param.sub(delta.mul(c[0].clone())), vec![m, v])
+    }
 }
 
 impl DeviceRule for DeviceAdamWConfig {
@@ -115,6 +254,48 @@ impl DeviceRule for DeviceAdamWConfig {
             param.mul_scalar(1.0 - decay)
         };
         (decayed.sub(delta.mul_scalar(lr)), vec![m, v, p1, p2])
+    }
+
+    fn coefficients(
+        &self,
+        lr: f64,
+        scalars: &[Tensor<1>],
+        applied: &Tensor<1, Bool>,
+        _device: &Device,
+    ) -> (Vec<Tensor<1>>, Vec<Tensor<1>>) {
+        let betas = (self.beta_1, self.beta_2);
+        let AdamStep {
+            coefficients: mut c,
+            powers: [p1, p2],
+            next,
+        } = adam_coefficients(betas, lr, scalars, applied);
+        let p1_like = p1.clone();
+        c.push(p1.neg().add_scalar(1.0));
+        c.push(p2.neg().add_scalar(1.0));
+        let decay = lr * f64::from(self.weight_decay);
+        if decay != 0.0 {
+            c.push(pick(&p1_like, applied, (1.0 - decay) as f32, 1.0));
+        }
+        (c, next)
+    }
+
+    fn apply(
+        &self,
+        c: &[Tensor<1>],
+        param: Tensor<1>,
+        grad: Tensor<1>,
+        slots: Vec<Tensor<1>>,
+    ) -> (Tensor<1>, Vec<Tensor<1>>) {
+        let [m, v] = masked_moments(c, grad, slots);
+        // As `update`: (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps), decay decoupled.
+        let m_hat = m.clone().div(c[5].clone());
+        let v_hat = v.clone().div(c[6].clone());
+        let delta = m_hat.div(v_hat.sqrt().add_scalar(self.epsilon));
+        let decayed = match c.get(7) {
+            Some(decay) => param.mul(decay.clone()),
+            None => param,
+        };
+        (decayed.sub(delta.mul(c[0].clone())), vec![m, v])
     }
 }
 
@@ -159,5 +340,55 @@ impl DeviceRule for DeviceSgdConfig {
         };
         let started = started.zeros_like().add_scalar(1.0);
         (param.sub(step.mul_scalar(lr)), vec![velocity, started])
+    }
+
+    fn coefficients(
+        &self,
+        lr: f64,
+        scalars: &[Tensor<1>],
+        applied: &Tensor<1, Bool>,
+        device: &Device,
+    ) -> (Vec<Tensor<1>>, Vec<Tensor<1>>) {
+        let Some((momentum, dampening, _)) = self.momentum else {
+            let lr = f32_value(0.0, device).mask_fill(applied.clone(), lr as f32);
+            return (vec![lr], Vec::new());
+        };
+        // velocity * kept + grad * taken: the gradient as it is on the first step, the
+        // velocity as it was on a skipped one.
+        let started = scalars[0].clone();
+        let first = started.clone().equal_elem(0.0);
+        let lr = pick(&started, applied, lr as f32, 0.0);
+        let kept = pick(&started, applied, momentum as f32, 1.0).mask_fill(first.clone(), 0.0);
+        let taken = pick(&started, applied, (1.0 - dampening) as f32, 0.0).mask_fill(first, 1.0);
+        let next = vec![started.mask_fill(applied.clone(), 1.0)];
+        (vec![lr, kept, taken], next)
+    }
+
+    fn apply(
+        &self,
+        c: &[Tensor<1>],
+        param: Tensor<1>,
+        mut grad: Tensor<1>,
+        slots: Vec<Tensor<1>>,
+    ) -> (Tensor<1>, Vec<Tensor<1>>) {
+        if let Some(penalty) = self.weight_decay {
+            grad = param.clone().mul_scalar(penalty).add(grad);
+        }
+        let Some((momentum, _, nesterov)) = self.momentum else {
+            return (param.sub(grad.mul(c[0].clone())), slots);
+        };
+        let [velocity]: [Tensor<1>; 1] = slots
+            .try_into()
+            .unwrap_or_else(|s: Vec<_>| panic!("SGD keeps 1 velocity, got {}", s.len()));
+        let velocity = grad
+            .clone()
+            .mul(c[2].clone())
+            .add(velocity.mul(c[1].clone()));
+        let step = if nesterov {
+            velocity.clone().mul_scalar(momentum).add(grad)
+        } else {
+            velocity.clone()
+        };
+        (param.sub(step.mul(c[0].clone())), vec![velocity])
     }
 }
