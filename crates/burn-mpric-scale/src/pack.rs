@@ -144,13 +144,23 @@ impl<B: Backend> Inverse<B> {
     }
 }
 
+/// Whether a one-element tensor is finite, in two ops where `is_finite` takes five: `x * 0`
+/// is 0 exactly when `x` is finite (NaN for inf and NaN).
+pub(crate) fn finite_value<B: Backend>(value: Tensor<B, 1>) -> Tensor<B, 1, burn::tensor::Bool> {
+    value.mul_scalar(0.0).equal_elem(0.0)
+}
+
 impl<B: Backend> Reduced<B> {
     /// A one-element bool tensor on the first value's device, true when every reduction is
     /// finite; `None` when there is none (no gradients).
     pub(crate) fn finite_flag(&self) -> Option<Tensor<B, 1, burn::tensor::Bool>> {
         let device = self.values.first()?.device();
-        let values = self.values.iter().map(|v| v.clone().to_device(&device));
-        Some(Tensor::cat(values.collect(), 0).is_finite().all())
+        let total = self
+            .values
+            .iter()
+            .map(|v| v.clone().to_device(&device))
+            .reduce(Tensor::add)?;
+        Some(finite_value(total))
     }
 }
 

@@ -8,7 +8,7 @@ use burn_mpric_core::scale::{DeviceStepRead, MAX_PENDING_STEPS, StepOutcome};
 
 use super::optim::DeviceOptimizer;
 use super::rules::DeviceRule;
-use super::scale::DeviceScale;
+use super::scale::{DeviceScale, finite_value};
 use crate::check::{CheckKind, GradCheck};
 use crate::error::StepError;
 use crate::scaler::LossScaler;
@@ -256,14 +256,15 @@ impl DeviceLossScaler {
         if let Some(err) = error {
             return (module, Err(err));
         }
-        let finite = checks.first().map(|first| {
-            let device = first.device();
-            let checks = checks
-                .iter()
-                .map(|c| c.clone().to_device(&device))
-                .collect();
-            Tensor::cat(checks, 0).is_finite().all()
-        });
+        // Finite exactly when every check is (their sum is inf or NaN otherwise).
+        let finite = checks
+            .first()
+            .map(Tensor::device)
+            .and_then(|device| {
+                let on_device = checks.iter().map(|c| c.clone().to_device(&device));
+                on_device.reduce(Tensor::add)
+            })
+            .map(finite_value);
         let module = match &finite {
             Some(flag) => optim.step(lr, module, grads, flag.clone()),
             None => module,

@@ -6,6 +6,7 @@ use burn::tensor::{Bool, FloatDType, Int, Tensor, TensorData};
 use burn_mpric_core::scale::{DeviceScaleRule, DeviceScaleState, LossScale};
 
 use crate::error::StepError;
+use crate::pack::finite_value;
 
 /// A loss scale held on the device: the scale (f32), its growth counter and hysteresis
 /// tracker (ints), advanced by [`adjust`](Self::adjust) with the same decisions, bit for bit,
@@ -145,7 +146,7 @@ impl<B: Backend> DeviceScale<B> {
             grown = grown.clamp_max(max);
         }
         // Past f32::MAX the scale stays where it was.
-        let grown = scale.clone().mask_where(grown.clone().is_finite(), grown);
+        let grown = scale.clone().mask_where(finite_value(grown.clone()), grown);
         let finite_scale = scale.clone().mask_where(grow.clone(), grown);
         let finite_counter = counter.clone().add_scalar(1).mask_fill(grow.clone(), 0);
         let finite_left = if rule.consecutive_hysteresis {
