@@ -83,7 +83,32 @@ fn check() -> Result<(), String> {
             unsafe { std::env::set_var(key, value) };
         }
     }
-    cargo(&["test", "--workspace", "--features", mpi::FEATURES])
+    cargo(&["test", "--workspace", "--features", mpi::FEATURES])?;
+    // Wgpu as users build it (`burn = { features = ["wgpu"] }` turns on Burn's fusion and
+    // autotuning): both editions' Wgpu and device-path tests once more on fused kernels. A
+    // build of its own, since features unify across a workspace build.
+    cargo(&[
+        "test",
+        "-p",
+        "burn-mpric",
+        "--features",
+        "instrument,fusion",
+        "--test",
+        "wgpu",
+        "--test",
+        "device_path",
+    ])?;
+    cargo(&[
+        "test",
+        "-p",
+        "burn-mpric-022",
+        "--features",
+        "fusion",
+        "--test",
+        "wgpu",
+        "--test",
+        "device_path",
+    ])
 }
 
 /// A benchmark with a report of its own: `(cargo, workspace root, arguments)`.

@@ -244,3 +244,16 @@ fn step_with_tells_an_overflow_from_a_nan_op_on_wgpu() {
         "{nan:?}"
     );
 }
+
+/// `cargo xtask check` runs these tests once more with Burn's fusion and autotuning, as
+/// `burn = { features = ["wgpu"] }` with default features builds Wgpu; this says that build
+/// is the fused one.
+#[cfg(feature = "fusion")]
+#[test]
+fn the_fusion_build_runs_wgpu_through_burns_fusion() {
+    assert!(
+        std::any::type_name::<Wgpu>().contains("Fusion"),
+        "{}",
+        std::any::type_name::<Wgpu>()
+    );
+}
