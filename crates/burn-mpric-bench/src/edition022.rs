@@ -321,7 +321,7 @@ pub(crate) fn batch(spec: &Spec, device: &Device) -> (TensorData, Tensor<3>) {
 }
 
 /// The case of `spec` under `policy` (none: bare Burn 0.22), on `device` (autodiff form).
-fn build(spec: &Spec, policy: Option<ResolvedPolicy>, device: &Device) -> Box<dyn Case> {
+pub(crate) fn build(spec: &Spec, policy: Option<ResolvedPolicy>, device: &Device) -> Box<dyn Case> {
     let model = model(spec, device);
     let model = match policy {
         Some(policy) => model.autocast(policy),

@@ -14,6 +14,7 @@ mod harness;
 mod memory;
 mod optimizer;
 mod profile;
+mod profile022;
 mod report;
 mod run;
 mod workloads;
@@ -82,6 +83,9 @@ struct Args {
     /// measured, step time, final loss; written to optimizer.md and optimizer.json.
     #[arg(long)]
     optimizer: bool,
+    /// `--profile`'s child process: one Burn 0.22 variant's steps under cubecl's profiler.
+    #[arg(long = profile022::CHILD_ARG, hide = true, num_args = 2, value_names = ["BACKEND", "VARIANT"])]
+    profile_022_child: Option<Vec<String>>,
 }
 
 fn positive_seconds(text: &str) -> Result<f64, String> {
@@ -548,6 +552,9 @@ fn utc(secs: u64) -> String {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some([backend, variant]) = args.profile_022_child.as_deref() {
+        return profile022::child(backend, variant, &gpu_sizes(args.full).transformer);
+    }
     let started_at = Instant::now();
     let load_at_start = load_average();
     let started = utc(SystemTime::now()
@@ -626,7 +633,8 @@ fn main() -> ExitCode {
         run_cuda(&args, &workloads, &mut out);
     }
     if args.profile {
-        return write_profiles(&args.out, &out.profiles);
+        let editions022 = profiles022(&args, wanted, no_wgpu.as_deref());
+        return write_profiles(&args.out, &out.profiles, &editions022);
     }
     run_edition022(&args, &workloads, &mut out, wanted, no_wgpu.as_deref());
     if args.optimizer {
@@ -683,12 +691,63 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn write_profiles(dir: &std::path::Path, profiles: &[profile::BackendProfile]) -> ExitCode {
-    let markdown = profile::markdown(profiles);
+/// `--profile`'s Burn 0.22 part: the edition's step kernel by kernel on the cube backends
+/// wanted here (Wgpu, and CUDA in a `cuda022` build), each variant in a child process.
+fn profiles022(
+    args: &Args,
+    wanted: impl Fn(BackendKind) -> bool,
+    no_wgpu: Option<&str>,
+) -> Vec<profile022::Profile022> {
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => {
+            eprintln!("[burn 0.22] not profiled: this binary's path is unknown: {e}");
+            return Vec::new();
+        }
+    };
+    let spec = gpu_sizes(args.full).transformer;
+    let logs = args.out.join("cubecl-logs");
+    let mut profiles = Vec::new();
+    if wanted(BackendKind::Wgpu) {
+        match no_wgpu {
+            Some(why) => eprintln!("[wgpu (burn 0.22)] not profiled: {why}"),
+            None => profiles.push(profile022::profile(
+                &exe,
+                "wgpu",
+                "wgpu (burn 0.22)",
+                &spec,
+                args.full,
+                &logs,
+            )),
+        }
+    }
+    if wanted(BackendKind::Cuda) {
+        match cuda022() {
+            Ok(_) => profiles.push(profile022::profile(
+                &exe,
+                "cuda",
+                "cuda (burn 0.22)",
+                &spec,
+                args.full,
+                &logs,
+            )),
+            Err(why) => eprintln!("[cuda (burn 0.22)] not profiled: {why}"),
+        }
+    }
+    profiles
+}
+
+fn write_profiles(
+    dir: &std::path::Path,
+    profiles: &[profile::BackendProfile],
+    editions022: &[profile022::Profile022],
+) -> ExitCode {
+    let markdown = profile::markdown(profiles) + &profile022::markdown(editions022);
     let written = std::fs::create_dir_all(dir)
         .and_then(|()| std::fs::write(dir.join("profile.md"), &markdown))
         .and_then(|()| {
-            let json = serde_json::to_string_pretty(profiles).map_err(std::io::Error::other)?;
+            let both = serde_json::json!({ "decorator": profiles, "edition_022": editions022 });
+            let json = serde_json::to_string_pretty(&both).map_err(std::io::Error::other)?;
             std::fs::write(dir.join("profile.json"), json)
         });
     if let Err(e) = written {
