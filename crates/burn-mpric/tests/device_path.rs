@@ -686,15 +686,24 @@ impl<B: Backend> Stack<B> {
     }
 }
 
+/// Flex with its ops recorded, for counting them.
+type Counted = Instrumented<Flex>;
+
+/// An applied step's flag on the counted backend.
+fn applied_flag() -> Tensor<Counted, 1, Bool> {
+    Tensor::from_bool(TensorData::from([true]), &Default::default())
+}
+
+/// A stack's gradients on the counted backend.
+fn stack_grads(model: &Stack<Autodiff<Counted>>) -> GradientsParams {
+    GradientsParams::from_grads(model.loss(&Default::default()).backward(), model)
+}
+
 /// The backend ops of the second optimizer step over a `layers`-layer stack: Burn's Adam,
 /// and the device path's Adam with its flag.
 fn optimizer_ops(layers: usize) -> (usize, usize) {
-    type Inner = Instrumented<Flex>;
-    type B = Autodiff<Inner>;
-    let device = Default::default();
-    let flag = || Tensor::<Inner, 1, Bool>::from_bool(TensorData::from([true]), &device);
-    let grads =
-        |model: &Stack<B>| GradientsParams::from_grads(model.loss(&device).backward(), model);
+    type B = Autodiff<Counted>;
+    let (device, flag, grads) = (Default::default(), applied_flag, stack_grads);
 
     let mut model = Stack::<B>::new(layers, &device);
     let mut burn_adam = AdamConfig::new().init::<B, Stack<B>>();
@@ -735,12 +744,8 @@ fn the_device_path_runs_as_many_ops_per_parameter_as_burns_adam_plus_the_skip() 
 
 #[test]
 fn a_loaded_optimizer_computes_the_coefficients_once_as_before_the_save() {
-    type Inner = Instrumented<Flex>;
-    type B = Autodiff<Inner>;
-    let device = Default::default();
-    let flag = || Tensor::<Inner, 1, Bool>::from_bool(TensorData::from([true]), &device);
-    let grads =
-        |model: &Stack<B>| GradientsParams::from_grads(model.loss(&device).backward(), model);
+    type B = Autodiff<Counted>;
+    let (device, flag, grads) = (Default::default(), applied_flag, stack_grads);
     let mut model = Stack::<B>::new(4, &device);
     let mut optim = DeviceOptimizer::new(DeviceAdamConfig::new());
     for _ in 0..2 {
