@@ -264,7 +264,8 @@ impl<R: DeviceRule> Mapper<'_, R> {
             None => {
                 let applied = self.applied.clone().to_device(device);
                 let (coefficients, next) =
-                    self.rule.coefficients(self.lr, &scalars, &applied, device);
+                    self.rule
+                        .coefficients(self.lr, &scalars, Some(&applied), device);
                 let becomes = *self.next_cohort;
                 *self.next_cohort += 1;
                 self.step.push(Cohort {

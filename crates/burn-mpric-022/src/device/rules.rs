@@ -1,9 +1,10 @@
 //! The update rules the device path runs: Adam, AdamW and SGD (with momentum), as Burn 0.22
 //! writes them, on flat f32 tensors whose state includes what Burn keeps on the host (Adam's
 //! step count as powers of the betas, SGD's first-step flag), so that a skipped step can
-//! leave all of it untouched: `update` for one parameter at a time (the low-precision
-//! optimizers), `coefficients` and `apply` for the device path's step, whose coefficients
-//! carry the skip.
+//! leave all of it untouched. Each rule's arithmetic is written once, in `coefficients` (the
+//! step's one-element values, the skip folded in) and `apply` (one parameter's elementwise
+//! update): the device path's step runs them, and `update` (one parameter at a time, a step
+//! known to be applied: the low-precision optimizers) is made of them.
 
 use burn::tensor::{Bool, Device, FloatDType, Tensor};
 use burn_mpric_core::optim::StateSlots;
@@ -34,20 +35,31 @@ pub trait DeviceRule: StateSlots + Clone + Send + Sync + 'static {
     /// The state of a parameter of `len` elements before its first step.
     fn init_state(&self, len: usize, device: &Device) -> Vec<Tensor<1>>;
 
-    /// One update at f32: the new parameter and the new state.
+    /// One update at f32 of a step known to be applied: the new parameter and the new state
+    /// (the per-element state, then the one-element state). The same arithmetic as the
+    /// device path's step: [`coefficients`](Self::coefficients) for this parameter alone,
+    /// then [`apply`](Self::apply).
     fn update(
         &self,
         lr: f64,
         param: Tensor<1>,
         grad: Tensor<1>,
-        state: Vec<Tensor<1>>,
-    ) -> (Tensor<1>, Vec<Tensor<1>>);
+        mut state: Vec<Tensor<1>>,
+    ) -> (Tensor<1>, Vec<Tensor<1>>) {
+        let scalars = state.split_off(self.elementwise_slots());
+        let (coefficients, next) = self.coefficients(lr, &scalars, None, &param.device());
+        let (param, mut state) = self.apply(&coefficients, param, grad, state);
+        state.extend(next);
+        (param, state)
+    }
 
     /// One step's one-element coefficients for every parameter whose one-element state
     /// (the state after the [`elementwise_slots`](StateSlots::elementwise_slots)) is
     /// `scalars`, with the skip folded in: where `applied` is false they make
     /// [`apply`](Self::apply) return its inputs unchanged, bit for bit. Also returns the next
-    /// one-element state (the old one where `applied` is false). Computed once for all the
+    /// one-element state (the old one where `applied` is false). `None`: a step known to be
+    /// applied, with no flag to select by (one parameter at a time, as
+    /// [`update`](Self::update) steps). Computed once for all the
     /// parameters stepped together, so that a parameter's own update is elementwise ops
     /// only, with no select.
     ///
@@ -64,7 +76,7 @@ pub trait DeviceRule: StateSlots + Clone + Send + Sync + 'static {
     /// let param = Tensor::<1>::from_floats([1.0, 2.0], &device);
     /// let grad = Tensor::<1>::from_floats([10.0, -10.0], &device);
     /// for (applied, expected) in [(true, [0.0, 3.0]), (false, [1.0, 2.0])] {
-    ///     let (coefficients, _) = sgd.coefficients(0.1, &[], &flag(applied), &device);
+    ///     let (coefficients, _) = sgd.coefficients(0.1, &[], Some(&flag(applied)), &device);
     ///     let (stepped, _) = sgd.apply(&coefficients, param.clone(), grad.clone(), vec![]);
     ///     assert_eq!(stepped.into_data().try_to_vec::<f32>().unwrap(), expected);
     /// }
@@ -73,7 +85,7 @@ pub trait DeviceRule: StateSlots + Clone + Send + Sync + 'static {
         &self,
         lr: f64,
         scalars: &[Tensor<1>],
-        applied: &Tensor<1, Bool>,
+        applied: Option<&Tensor<1, Bool>>,
         device: &Device,
     ) -> (Vec<Tensor<1>>, Vec<Tensor<1>>);
 
@@ -89,10 +101,15 @@ pub trait DeviceRule: StateSlots + Clone + Send + Sync + 'static {
     ) -> (Tensor<1>, Vec<Tensor<1>>);
 }
 
-/// `yes` where `applied` is true, `no` where it is false: a one-element tensor of
-/// `like`'s dtype and device (f32: the one-element state).
-fn pick(like: &Tensor<1>, applied: &Tensor<1, Bool>, yes: f32, no: f32) -> Tensor<1> {
-    like.full_like(no).mask_fill(applied.clone(), yes)
+/// `yes` where `applied` is true (or is `None`), `no` where it is false: a one-element tensor
+/// made from `zero` (an f32 zero) by arithmetic rather than created, since a backend
+/// decorator creates new float tensors at its policy's parameter dtype (bf16 under
+/// `pure_bf16`, where 0.999 is 1.0), while arithmetic keeps the f32.
+fn pick(zero: &Tensor<1>, applied: Option<&Tensor<1, Bool>>, yes: f32, no: f32) -> Tensor<1> {
+    match applied {
+        Some(applied) => zero.clone().add_scalar(no).mask_fill(applied.clone(), yes),
+        None => zero.clone().add_scalar(yes),
+    }
 }
 
 /// One step of Adam or AdamW before the rule's own coefficients.
@@ -111,21 +128,26 @@ fn adam_coefficients(
     (beta_1, beta_2): (f32, f32),
     lr: f64,
     scalars: &[Tensor<1>],
-    applied: &Tensor<1, Bool>,
+    applied: Option<&Tensor<1, Bool>>,
 ) -> AdamStep {
     let [p1, p2] = [0, 1].map(|i| scalars[i].clone());
     let (a1, a2) = (p1.clone().mul_scalar(beta_1), p2.clone().mul_scalar(beta_2));
-    let next = vec![
-        p1.mask_where(applied.clone(), a1.clone()),
-        p2.mask_where(applied.clone(), a2.clone()),
-    ];
-    let like = &a1;
+    let next = match applied {
+        Some(applied) => vec![
+            p1.mask_where(applied.clone(), a1.clone()),
+            p2.mask_where(applied.clone(), a2.clone()),
+        ],
+        None => vec![a1.clone(), a2.clone()],
+    };
+    // 1 where applied, 0 where skipped: its multiples are exact, one op each.
+    let zero = a1.clone().mul_scalar(0.0);
+    let on = pick(&zero, applied, 1.0, 0.0);
     let coefficients = vec![
-        pick(like, applied, lr as f32, 0.0),
-        pick(like, applied, beta_1, 1.0),
-        pick(like, applied, 1.0 - beta_1, 0.0),
-        pick(like, applied, beta_2, 1.0),
-        pick(like, applied, 1.0 - beta_2, 0.0),
+        on.clone().mul_scalar(lr),
+        pick(&zero, applied, beta_1, 1.0),
+        on.clone().mul_scalar(1.0 - beta_1),
+        pick(&zero, applied, beta_2, 1.0),
+        on.mul_scalar(1.0 - beta_2),
     ];
     AdamStep {
         coefficients,
@@ -145,21 +167,6 @@ fn masked_moments(c: &[Tensor<1>], grad: Tensor<1>, slots: Vec<Tensor<1>>) -> [T
     [m, v]
 }
 
-/// Adam's moments after one more gradient, and the betas' powers after one more step.
-/// State: `[moment_1, moment_2, beta_1^t, beta_2^t]`, the powers starting at 1.
-fn moments(beta_1: f32, beta_2: f32, grad: Tensor<1>, state: Vec<Tensor<1>>) -> [Tensor<1>; 4] {
-    let [m, v, p1, p2]: [Tensor<1>; 4] = state
-        .try_into()
-        .unwrap_or_else(|s: Vec<_>| panic!("Adam keeps 4 state tensors, got {}", s.len()));
-    let m = m
-        .mul_scalar(beta_1)
-        .add(grad.clone().mul_scalar(1.0 - beta_1));
-    let v = v
-        .mul_scalar(beta_2)
-        .add(grad.square().mul_scalar(1.0 - beta_2));
-    [m, v, p1.mul_scalar(beta_1), p2.mul_scalar(beta_2)]
-}
-
 fn adam_state(len: usize, device: &Device) -> Vec<Tensor<1>> {
     vec![
         Tensor::<1>::zeros([len], device).cast(FloatDType::F32),
@@ -174,30 +181,11 @@ impl DeviceRule for DeviceAdamConfig {
         adam_state(len, device)
     }
 
-    fn update(
-        &self,
-        lr: f64,
-        param: Tensor<1>,
-        mut grad: Tensor<1>,
-        state: Vec<Tensor<1>>,
-    ) -> (Tensor<1>, Vec<Tensor<1>>) {
-        if let Some(penalty) = self.weight_decay {
-            grad = param.clone().mul_scalar(penalty).add(grad);
-        }
-        let [m, v, p1, p2] = moments(self.beta_1, self.beta_2, grad, state);
-        // Burn's form: m * sqrt(1 - b2^t) / (1 - b1^t) / (sqrt(v) + eps * sqrt(1 - b2^t)).
-        let correction_2 = p2.clone().neg().add_scalar(1.0).sqrt();
-        let combined = correction_2.clone().div(p1.clone().neg().add_scalar(1.0));
-        let denominator = v.clone().sqrt().add(correction_2.mul_scalar(self.epsilon));
-        let delta = m.clone().mul(combined).div(denominator);
-        (param.sub(delta.mul_scalar(lr)), vec![m, v, p1, p2])
-    }
-
     fn coefficients(
         &self,
         lr: f64,
         scalars: &[Tensor<1>],
-        applied: &Tensor<1, Bool>,
+        applied: Option<&Tensor<1, Bool>>,
         _device: &Device,
     ) -> (Vec<Tensor<1>>, Vec<Tensor<1>>) {
         let betas = (self.beta_1, self.beta_2);
@@ -235,32 +223,11 @@ impl DeviceRule for DeviceAdamWConfig {
         adam_state(len, device)
     }
 
-    fn update(
-        &self,
-        lr: f64,
-        param: Tensor<1>,
-        grad: Tensor<1>,
-        state: Vec<Tensor<1>>,
-    ) -> (Tensor<1>, Vec<Tensor<1>>) {
-        let [m, v, p1, p2] = moments(self.beta_1, self.beta_2, grad, state);
-        // Burn's form: (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps), decay decoupled.
-        let m_hat = m.clone().div(p1.clone().neg().add_scalar(1.0));
-        let v_hat = v.clone().div(p2.clone().neg().add_scalar(1.0));
-        let delta = m_hat.div(v_hat.sqrt().add_scalar(self.epsilon));
-        let decay = lr * f64::from(self.weight_decay);
-        let decayed = if decay == 0.0 {
-            param
-        } else {
-            param.mul_scalar(1.0 - decay)
-        };
-        (decayed.sub(delta.mul_scalar(lr)), vec![m, v, p1, p2])
-    }
-
     fn coefficients(
         &self,
         lr: f64,
         scalars: &[Tensor<1>],
-        applied: &Tensor<1, Bool>,
+        applied: Option<&Tensor<1, Bool>>,
         _device: &Device,
     ) -> (Vec<Tensor<1>>, Vec<Tensor<1>>) {
         let betas = (self.beta_1, self.beta_2);
@@ -269,12 +236,12 @@ impl DeviceRule for DeviceAdamWConfig {
             powers: [p1, p2],
             next,
         } = adam_coefficients(betas, lr, scalars, applied);
-        let p1_like = p1.clone();
+        let zero = p1.clone().mul_scalar(0.0);
         c.push(p1.neg().add_scalar(1.0));
         c.push(p2.neg().add_scalar(1.0));
         let decay = lr * f64::from(self.weight_decay);
         if decay != 0.0 {
-            c.push(pick(&p1_like, applied, (1.0 - decay) as f32, 1.0));
+            c.push(pick(&zero, applied, (1.0 - decay) as f32, 1.0));
         }
         (c, next)
     }
@@ -311,56 +278,29 @@ impl DeviceRule for DeviceSgdConfig {
         }
     }
 
-    fn update(
-        &self,
-        lr: f64,
-        param: Tensor<1>,
-        mut grad: Tensor<1>,
-        state: Vec<Tensor<1>>,
-    ) -> (Tensor<1>, Vec<Tensor<1>>) {
-        if let Some(penalty) = self.weight_decay {
-            grad = param.clone().mul_scalar(penalty).add(grad);
-        }
-        let Some((momentum, dampening, nesterov)) = self.momentum else {
-            return (param.sub(grad.mul_scalar(lr)), state);
-        };
-        let [velocity, started]: [Tensor<1>; 2] = state
-            .try_into()
-            .unwrap_or_else(|s: Vec<_>| panic!("SGD keeps 2 state tensors, got {}", s.len()));
-        let first = started.clone().equal_elem(0.0).expand([grad.dims()[0]]);
-        let velocity = grad
-            .clone()
-            .mul_scalar(1.0 - dampening)
-            .add(velocity.mul_scalar(momentum))
-            .mask_where(first, grad.clone());
-        let step = if nesterov {
-            velocity.clone().mul_scalar(momentum).add(grad)
-        } else {
-            velocity.clone()
-        };
-        let started = started.zeros_like().add_scalar(1.0);
-        (param.sub(step.mul_scalar(lr)), vec![velocity, started])
-    }
-
     fn coefficients(
         &self,
         lr: f64,
         scalars: &[Tensor<1>],
-        applied: &Tensor<1, Bool>,
+        applied: Option<&Tensor<1, Bool>>,
         device: &Device,
     ) -> (Vec<Tensor<1>>, Vec<Tensor<1>>) {
         let Some((momentum, dampening, _)) = self.momentum else {
-            let lr = f32_value(0.0, device).mask_fill(applied.clone(), lr as f32);
+            let lr = pick(&f32_value(0.0, device), applied, lr as f32, 0.0);
             return (vec![lr], Vec::new());
         };
         // velocity * kept + grad * taken: the gradient as it is on the first step, the
         // velocity as it was on a skipped one.
         let started = scalars[0].clone();
         let first = started.clone().equal_elem(0.0);
-        let lr = pick(&started, applied, lr as f32, 0.0);
-        let kept = pick(&started, applied, momentum as f32, 1.0).mask_fill(first.clone(), 0.0);
-        let taken = pick(&started, applied, (1.0 - dampening) as f32, 0.0).mask_fill(first, 1.0);
-        let next = vec![started.mask_fill(applied.clone(), 1.0)];
+        let zero = started.clone().mul_scalar(0.0);
+        let lr = pick(&zero, applied, lr as f32, 0.0);
+        let kept = pick(&zero, applied, momentum as f32, 1.0).mask_fill(first.clone(), 0.0);
+        let taken = pick(&zero, applied, (1.0 - dampening) as f32, 0.0).mask_fill(first, 1.0);
+        let next = vec![match applied {
+            Some(applied) => started.mask_fill(applied.clone(), 1.0),
+            None => zero.add_scalar(1.0),
+        }];
         (vec![lr, kept, taken], next)
     }
 

@@ -288,7 +288,8 @@ impl<R: DeviceRule, B: Backend> Mapper<'_, R, B> {
             None => {
                 let applied = self.applied.clone().to_device(device);
                 let (coefficients, next) =
-                    self.rule.coefficients(self.lr, &scalars, &applied, device);
+                    self.rule
+                        .coefficients(self.lr, &scalars, Some(&applied), device);
                 let becomes = *self.next_cohort;
                 *self.next_cohort += 1;
                 self.step.push(Cohort {
