@@ -306,6 +306,9 @@ impl<R: DeviceRule> ModuleMapper for Mapper<'_, R> {
             None => (self.rule.init_state(len, &device), None),
         };
         let scalars = slots.split_off(self.rule.elementwise_slots());
+        // A rule without one-element state (plain SGD) has no step count to tell parameters
+        // apart: they all share one cohort per device, as new parameters do.
+        let was = was.filter(|_| !scalars.is_empty());
         let index = self.cohort(was, &device, scalars);
         let cohort = &self.step[index];
         let grad = grad
