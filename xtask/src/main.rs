@@ -87,28 +87,14 @@ fn check() -> Result<(), String> {
     // Wgpu as users build it (`burn = { features = ["wgpu"] }` turns on Burn's fusion and
     // autotuning): both editions' Wgpu and device-path tests once more on fused kernels. A
     // build of its own, since features unify across a workspace build.
-    cargo(&[
-        "test",
-        "-p",
-        "burn-mpric",
-        "--features",
-        "instrument,fusion",
-        "--test",
-        "wgpu",
-        "--test",
-        "device_path",
-    ])?;
-    cargo(&[
-        "test",
-        "-p",
-        "burn-mpric-022",
-        "--features",
-        "fusion",
-        "--test",
-        "wgpu",
-        "--test",
-        "device_path",
-    ])
+    for (package, features) in [
+        ("burn-mpric", "instrument,fusion"),
+        ("burn-mpric-022", "fusion"),
+    ] {
+        let tests = ["--test", "wgpu", "--test", "device_path"];
+        cargo(&[&["test", "-p", package, "--features", features][..], &tests].concat())?;
+    }
+    Ok(())
 }
 
 /// A benchmark with a report of its own: `(cargo, workspace root, arguments)`.
