@@ -76,8 +76,14 @@ pub(crate) enum Fact<B: Backend> {
     Input,
     /// `max_dim(of, dim)`.
     MaxOf { of: ValueId<B>, dim: usize },
-    /// `x - max_dim(x, dim)`: every element is at most 0.
-    NonPositive { dim: usize },
+    /// `x - max_dim(x, dim)`: every element is at most 0. `exp` holds its exponentials as
+    /// stored (at the compute dtype) and their f32 sum along `dim`, made by the value's first
+    /// `exp`: autodiff's backward of `exp` computes the exponentials of its input again, and
+    /// gets these same values without casting and reducing a `[.., seq, seq]` map twice more.
+    NonPositive {
+        dim: usize,
+        exp: OnceLock<(B::FloatTensorPrimitive, B::FloatTensorPrimitive)>,
+    },
     /// Every element is in [0, 1] (up to rounding); `sum` is its f32 sum along a dim, made
     /// before the value was rounded to the compute dtype.
     UnitInterval {

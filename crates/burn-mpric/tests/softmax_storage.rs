@@ -271,6 +271,35 @@ fn the_softmax_backward_multiplies_its_gradient_by_the_stored_reciprocal() {
 }
 
 #[test]
+fn the_softmax_backward_reuses_the_forward_exponentials() {
+    for (policy, half) in MIXED {
+        let device = device(settings(policy));
+        let x = scores(&device, half).require_grad();
+        let w = Tensor::<Ad, 3>::ones([2, 5, 7], &device).cast(half);
+        let (grads, log) = record(|| {
+            let p = softmax(x.clone(), 2);
+            (p * w.clone()).cast(FloatDType::F32).sum().backward()
+        });
+        // Autodiff's backward of `exp` computes the exponentials of its input again: they are
+        // the ones forward made and stored, so the map is exponentiated and its exponentials
+        // rounded to the compute dtype once in the whole step; the one other f32 map rounded
+        // is the gradient handed back to the half scores.
+        assert_eq!(calls(&log, "float_exp").len(), 1, "{policy}");
+        let map = vec![2usize, 5, 7];
+        let rounded = log
+            .iter()
+            .filter(|r| {
+                r.op == "float_cast"
+                    && r.float_inputs == vec![DType::F32]
+                    && r.float_shapes == vec![map.clone()]
+            })
+            .count();
+        assert_eq!(rounded, 2, "{policy}: {rounded} f32 maps rounded");
+        assert!(x.grad(&grads).is_some());
+    }
+}
+
+#[test]
 fn probabilities_over_more_terms_than_f16_holds_are_divided_at_f32() {
     // 70000 equal scores: every probability is 1/70000, a small f16 subnormal. Their sum,
     // 70000, is past f16's largest finite value (65504): divided at f16 it would be inf and

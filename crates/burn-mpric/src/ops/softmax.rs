@@ -12,7 +12,9 @@
 //! - `max_dim(x, d)` is remembered as the max of `x` along `d`;
 //! - `x - max_dim(x, d)` is known to be at most 0;
 //! - `exp` of that runs at f32; its sum along `d` is taken at f32 right away and kept with the
-//!   value, and the exponentials are stored at the compute dtype;
+//!   value, and the exponentials are stored at the compute dtype; they stay with `x -
+//!   max`, because autodiff's backward of `exp` computes the exponentials of its input again
+//!   and gets the same values without a second cast, `exp` and sum over the map;
 //! - `sum_dim` of those exponentials along `d` is that f32 sum (`log_softmax`'s log-sum-exp
 //!   is therefore the same as with f32 storage);
 //! - the exponentials divided by their own sum (the probabilities) are divided at the compute
@@ -30,6 +32,8 @@
 //! the ops in their default categories, outside [`full_precision`](crate::full_precision);
 //! [`MpSettings::full_precision_softmax`](crate::MpSettings::full_precision_softmax)
 //! turns it off.
+
+use std::sync::OnceLock;
 
 use burn::tensor::FloatDType;
 use burn_backend::{Backend, IntDType, TensorMetadata};
@@ -69,13 +73,14 @@ fn forward<B: Backend, const N: usize>(
 }
 
 /// `tensor` rounded to the compute dtype and known to lie in [0, 1].
-fn store_bounded<B: Backend>(
-    tensor: MpFloat<B>,
-    sum: Option<(usize, B::FloatTensorPrimitive)>,
-) -> MpFloat<B> {
+fn store_bounded<B: Backend>(tensor: MpFloat<B>) -> MpFloat<B> {
     let compute = Some(tensor.precision.0.dtypes.compute);
     let stored = Arg::<B>::cast(tensor, compute, false);
-    MpFloat::with_fact(stored.inner, stored.precision, Fact::UnitInterval { sum })
+    MpFloat::with_fact(
+        stored.inner,
+        stored.precision,
+        Fact::UnitInterval { sum: None },
+    )
 }
 
 fn max_of<B: Backend>(tensor: &MpFloat<B>, dim: usize) -> Fact<B> {
@@ -105,7 +110,10 @@ pub(crate) fn float_max_dim_with_indices<B: Backend>(
 
 pub(crate) fn float_sub<B: Backend>(lhs: MpFloat<B>, rhs: MpFloat<B>) -> MpFloat<B> {
     let fact = match rhs.fact() {
-        Some(Fact::MaxOf { of, dim }) if of.is(&lhs) => Fact::NonPositive { dim: *dim },
+        Some(Fact::MaxOf { of, dim }) if of.is(&lhs) => Fact::NonPositive {
+            dim: *dim,
+            exp: OnceLock::new(),
+        },
         _ => Fact::None,
     };
     forward(Op::Sub, [lhs, rhs], fact, |[a, b]| B::float_sub(a, b))
@@ -113,13 +121,22 @@ pub(crate) fn float_sub<B: Backend>(lhs: MpFloat<B>, rhs: MpFloat<B>) -> MpFloat
 
 pub(crate) fn float_exp<B: Backend>(tensor: MpFloat<B>) -> MpFloat<B> {
     let dtype = float_dtype(&tensor.inner);
-    if let Some(Fact::NonPositive { dim }) = tensor.fact()
+    if let Some(Fact::NonPositive { dim, exp }) = tensor.fact()
         && tensor.precision.0.stores_bounded_at_compute(Op::Exp, dtype)
     {
         let dim = *dim;
-        let exp = forward(Op::Exp, [tensor], Fact::None, |[x]| B::float_exp(x));
-        let sum = B::float_sum_dim(exp.inner.clone(), dim);
-        return store_bounded(exp, Some((dim, sum)));
+        let (stored, sum) = exp
+            .get_or_init(|| {
+                let exp = forward(Op::Exp, [tensor.clone()], Fact::None, |[x]| B::float_exp(x));
+                let sum = B::float_sum_dim(exp.inner.clone(), dim);
+                let compute = Some(exp.precision.0.dtypes.compute);
+                (Arg::<B>::cast(exp, compute, false).inner, sum)
+            })
+            .clone();
+        let fact = Fact::UnitInterval {
+            sum: Some((dim, sum)),
+        };
+        return MpFloat::with_fact(stored, tensor.precision, fact);
     }
     forward(Op::Exp, [tensor], Fact::None, |[x]| B::float_exp(x))
 }
@@ -184,7 +201,7 @@ pub(crate) fn float_div<B: Backend>(lhs: MpFloat<B>, rhs: MpFloat<B>) -> MpFloat
         }
         // The sum may not fit the compute dtype: divide at the sum's dtype, store the result.
         let quotient = forward(Op::Div, [lhs, rhs], Fact::None, |[a, b]| B::float_div(a, b));
-        return store_bounded(quotient, None);
+        return store_bounded(quotient);
     }
     forward(Op::Div, [lhs, rhs], Fact::None, |[a, b]| B::float_div(a, b))
 }
@@ -207,11 +224,7 @@ pub(crate) fn float_recip<B: Backend>(tensor: MpFloat<B>) -> MpFloat<B> {
         _ => false,
     };
     let recip = forward(Op::Recip, [tensor], Fact::None, |[x]| B::float_recip(x));
-    if stores {
-        store_bounded(recip, None)
-    } else {
-        recip
-    }
+    if stores { store_bounded(recip) } else { recip }
 }
 
 /// `softmax`/`softmin` as the op table runs them, the result stored at the compute dtype
@@ -226,11 +239,7 @@ fn normalized<B: Backend>(
         .0
         .stores_bounded_at_compute(op, float_dtype(&tensor.inner));
     let out = forward(op, [tensor], Fact::None, |[x]| run(x));
-    if bounded {
-        store_bounded(out, None)
-    } else {
-        out
-    }
+    if bounded { store_bounded(out) } else { out }
 }
 
 pub(crate) fn softmax<B: Backend>(tensor: MpFloat<B>, dim: usize) -> MpFloat<B> {
