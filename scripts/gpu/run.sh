@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Runs the GPU kit that build.sh made (target/gpu-kit) on a GPU machine with no Rust: the
+# figures the open benchmark work needs, most needed first, each step under its own time limit
+# so that a short loan still brings back the first ones. Writes one folder per step under OUT
+# (default: ./gpu-results), with each step's log beside it.
+#
+#   target/gpu-kit/run.sh [OUT] [SECONDS]   # SECONDS: the whole run's budget (default 540)
+set -uo pipefail
+kit="$(cd "$(dirname "$0")" && pwd)"
+out="${1:-${OUT:-gpu-results}}"
+budget="${2:-540}"
+mkdir -p "$out"
+start=$(date +%s)
+
+unpack() { # <name>: the binary, decompressed (xz, or Python's lzma where xz is missing)
+  local bin="$kit/mpric-bench-$1"
+  if [ ! -x "$bin" ]; then
+    if command -v xz >/dev/null; then
+      xz -dkf "$bin.xz"
+    else
+      python3 -c "import lzma,sys; open(sys.argv[2],'wb').write(lzma.open(sys.argv[1]).read())" \
+        "$bin.xz" "$bin"
+    fi
+    chmod +x "$bin"
+  fi
+  echo "$bin"
+}
+
+step() { # <name> <seconds> <binary> <args...>: skipped once the budget is spent
+  local name=$1 limit=$2 bin=$3
+  shift 3
+  local left=$((budget - ($(date +%s) - start)))
+  [ "$limit" -gt "$left" ] && limit=$left
+  if [ "$limit" -lt 20 ]; then
+    echo "skipped $name: the budget is spent" | tee -a "$out/steps.txt"
+    return
+  fi
+  echo "== $name (at most ${limit}s): $*" | tee -a "$out/steps.txt"
+  local t0=$(date +%s)
+  timeout "$limit" "$bin" "$@" --out "$out/$name" >"$out/$name.log" 2>&1
+  echo "   exit $? after $(($(date +%s) - t0))s" | tee -a "$out/steps.txt"
+}
+
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1
+  cat "$kit/commit" 2>/dev/null
+} >"$out/machine.txt"
+bare=$(unpack bare)
+fused=$(unpack fused)
+
+# The loss scaler's device path on Burn's default (fused) backends, then bare.
+step scaler-fused 120 "$fused" --backend cuda --backend wgpu --workload loss_scaler_step \
+  --full --seconds-per-group 3
+# Where the mixed transformer step spends its time: op by op (0.21), kernel by kernel (0.22).
+step profile 120 "$bare" --profile --full --backend cuda --backend wgpu
+# The transformer and MLP steps on Burn's default backends beside the bare ones.
+step steps-fused 150 "$fused" --backend cuda --backend wgpu --workload transformer_block_step \
+  --workload transformer_activations_step --workload mlp_step --full --seconds-per-group 2
+step scaler-bare 90 "$bare" --backend cuda --workload loss_scaler_step --full \
+  --seconds-per-group 3
+echo "total $(($(date +%s) - start))s" | tee -a "$out/steps.txt"
