@@ -849,7 +849,7 @@ fn check_grads<M: Module>(
 
 /// Sums each parameter's gradient shards the way `ModuleOptimizer::step_multi` does (on the
 /// device it picks for that parameter), into one set of gradients on those devices.
-fn sum_shards<M: Module>(module: &M, grads: MultiGradientsParams) -> GradientsParams {
+pub(crate) fn sum_shards<M: Module>(module: &M, grads: MultiGradientsParams) -> GradientsParams {
     struct Summer {
         shards: MultiGradientsParams,
         out: GradientsParams,

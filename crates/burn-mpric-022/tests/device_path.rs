@@ -6,8 +6,11 @@
 
 mod common;
 
+use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::momentum::MomentumConfig;
-use burn::optim::{AdamConfig, AdamWConfig, GradientsParams, ModuleOptimizer, SgdConfig};
+use burn::optim::{
+    AdamConfig, AdamWConfig, GradientsParams, ModuleOptimizer, MultiGradientsParams, SgdConfig,
+};
 use burn::tensor::{Bool, Device, Tensor, TensorData};
 use burn_mpric_022::{
     DeviceLossScaler, DeviceOptimizer, DeviceRule, DeviceScale, LossScaler, StepError, autocast,
@@ -159,6 +162,100 @@ fn outcomes_and_parameters_equal_the_host_read_path_bit_for_bit() {
     );
     assert_eq!(param_bits(&device_model), param_bits(&host_model));
     assert_eq!(on_device.host().to_record(), host.to_record());
+}
+
+/// `grads` split in two shards that sum to it exactly (each gradient halved), the second
+/// one made from `second` instead where given.
+fn halves<M: Module>(
+    model: &M,
+    mut grads: GradientsParams,
+    mut second: Option<GradientsParams>,
+) -> [GradientsParams; 2] {
+    struct Split<'a> {
+        grads: &'a mut GradientsParams,
+        second: Option<&'a mut GradientsParams>,
+        out: [GradientsParams; 2],
+    }
+    impl ModuleVisitor for Split<'_> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            let Some(grad) = self.grads.remove::<D>(param.id) else {
+                return;
+            };
+            let other = match &mut self.second {
+                Some(second) => second.remove::<D>(param.id).unwrap(),
+                None => grad.clone(),
+            };
+            self.out[0].register::<D>(param.id, grad.mul_scalar(0.5));
+            self.out[1].register::<D>(param.id, other.mul_scalar(0.5));
+        }
+    }
+    let mut split = Split {
+        grads: &mut grads,
+        second: second.as_mut(),
+        out: [GradientsParams::new(), GradientsParams::new()],
+    };
+    model.visit(&mut split);
+    split.out
+}
+
+#[test]
+fn sharded_steps_equal_steps_over_the_summed_gradients_and_skip_together() {
+    let device = flex();
+    let policy: ResolvedPolicy = "mixed_f16".parse().unwrap();
+    let config = LossScaleConfig::new()
+        .with_initial_scale(1024.0)
+        .with_growth_interval(2);
+    let scaler = || DeviceLossScaler::new(LossScaler::dynamic(config).unwrap(), &device).unwrap();
+    let (mut whole_scaler, mut sharded_scaler) = (scaler(), scaler());
+    let mut whole_model = autocast(Mlp::new(8, 16, 4, &device), policy).unwrap();
+    let mut sharded_model = whole_model.clone();
+    let mut whole_optim = DeviceOptimizer::new(DeviceAdamConfig::new());
+    let mut sharded_optim = DeviceOptimizer::new(DeviceAdamConfig::new());
+    let inner = device.clone().without_autodiff();
+    // Step 2: every shard overflows; step 4: only the second one does.
+    for step in 0..7 {
+        let poison = step == 2 || step == 4;
+        let (x, y) = batch(step, poison, &device);
+        let scaled = whole_scaler.scale_loss(whole_model.loss(x, y, &policy));
+        let grads = GradientsParams::from_grads(scaled.backward(), &whole_model);
+        let (next, learned) = whole_scaler.step(
+            &mut whole_optim,
+            1e-2,
+            whole_model,
+            grads,
+            None::<Tensor<1>>,
+        );
+        whole_model = next;
+        learned.unwrap();
+
+        let (x, y) = batch(step, step == 2, &device);
+        let scaled = sharded_scaler.scale_loss(sharded_model.loss(x, y, &policy));
+        let grads = GradientsParams::from_grads(scaled.backward(), &sharded_model);
+        let second = (step == 4).then(|| {
+            let (x, y) = batch(step, true, &device);
+            let poisoned = sharded_scaler.scale_loss(sharded_model.loss(x, y, &policy));
+            GradientsParams::from_grads(poisoned.backward(), &sharded_model)
+        });
+        let [a, b] = halves(&sharded_model, grads, second);
+        let shards = MultiGradientsParams {
+            grads: vec![(a, inner.clone()), (b, inner.clone())],
+        };
+        let (next, learned) = sharded_scaler.step_multi(
+            &mut sharded_optim,
+            1e-2,
+            sharded_model,
+            shards,
+            None::<Tensor<1>>,
+        );
+        sharded_model = next;
+        learned.unwrap();
+    }
+    let (whole, sharded) = (whole_scaler.sync().unwrap(), sharded_scaler.sync().unwrap());
+    assert_eq!(sharded, whole);
+    let skipped: Vec<usize> = (0..7).filter(|&i| sharded[i].is_skipped()).collect();
+    assert_eq!(skipped, vec![2, 4]);
+    assert_eq!(param_bits(&sharded_model), param_bits(&whole_model));
+    assert_eq!(state_bits(&sharded_optim), state_bits(&whole_optim));
 }
 
 /// What an outcome decided, with the loss as bits (a poisoned step's loss is NaN).

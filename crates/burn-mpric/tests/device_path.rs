@@ -5,10 +5,13 @@
 //! optimizers follow Burn's, and a run resumed from files equals the uninterrupted one.
 
 use burn::backend::{Autodiff, Flex, Wgpu};
-use burn::module::{Module, ModuleVisitor, Param};
+use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
 use burn::nn::{LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::optim::momentum::MomentumConfig;
-use burn::optim::{AdamConfig, AdamWConfig, GradientsParams, Optimizer, SgdConfig};
+use burn::optim::{
+    AdamConfig, AdamWConfig, GradientsParams, MultiGradientsParams, Optimizer, SgdConfig,
+};
+use burn::prelude::DeviceOps;
 use burn::record::{BinFileRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, Tensor, TensorData};
@@ -423,6 +426,101 @@ fn the_device_optimizers_follow_burns_adam_adamw_and_sgd() {
     assert_eq!(
         largest_gap(SgdConfig::new().init(), DeviceSgdConfig::new(), steps),
         0.0
+    );
+}
+
+/// `grads` split in two shards that sum to it exactly (each gradient halved), the second
+/// one made from `second` instead where given.
+fn halves<B: AutodiffBackend, M: AutodiffModule<B>>(
+    model: &M,
+    mut grads: GradientsParams,
+    second: Option<GradientsParams>,
+) -> [GradientsParams; 2] {
+    struct Split<'a> {
+        grads: &'a mut GradientsParams,
+        second: Option<&'a mut GradientsParams>,
+        out: [GradientsParams; 2],
+    }
+    impl<B: AutodiffBackend> ModuleVisitor<B> for Split<'_> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) else {
+                return;
+            };
+            let other = match &mut self.second {
+                Some(second) => second.remove::<B::InnerBackend, D>(param.id).unwrap(),
+                None => grad.clone(),
+            };
+            self.out[0].register(param.id, grad.mul_scalar(0.5));
+            self.out[1].register(param.id, other.mul_scalar(0.5));
+        }
+    }
+    let mut second = second;
+    let mut split = Split {
+        grads: &mut grads,
+        second: second.as_mut(),
+        out: [GradientsParams::new(), GradientsParams::new()],
+    };
+    model.visit(&mut split);
+    split.out
+}
+
+#[test]
+fn sharded_steps_equal_steps_over_the_summed_gradients_and_skip_together() {
+    type B = Autodiff<MpFlex>;
+    let device = mixed_flex();
+    let config = LossScaleConfig::new()
+        .with_initial_scale(1024.0)
+        .with_growth_interval(2);
+    let scaler = || DeviceLossScaler::new(LossScaler::dynamic(config).unwrap(), &device).unwrap();
+    let (mut whole_scaler, mut sharded_scaler) = (scaler(), scaler());
+    let mut whole_model = Net::<B>::new(&device);
+    let mut sharded_model = whole_model.clone();
+    let mut whole_optim = DeviceOptimizer::new(DeviceAdamConfig::new());
+    let mut sharded_optim = DeviceOptimizer::new(DeviceAdamConfig::new());
+    let id = device.to_id();
+    // Step 2: every shard overflows; step 4: only the second one does.
+    for step in 0..7 {
+        let poison = step == 2 || step == 4;
+        let scaled = whole_scaler.scale_loss(whole_model.loss(step, poison));
+        let grads = GradientsParams::from_grads(scaled.backward(), &whole_model);
+        let (next, learned) = whole_scaler.step(
+            &mut whole_optim,
+            1e-2,
+            whole_model,
+            grads,
+            None::<Tensor<B, 1>>,
+        );
+        whole_model = next;
+        learned.unwrap();
+
+        let scaled = sharded_scaler.scale_loss(sharded_model.loss(step, step == 2));
+        let grads = GradientsParams::from_grads(scaled.backward(), &sharded_model);
+        let second = (step == 4).then(|| {
+            let poisoned = sharded_scaler.scale_loss(sharded_model.loss(step, true));
+            GradientsParams::from_grads(poisoned.backward(), &sharded_model)
+        });
+        let [a, b] = halves(&sharded_model, grads, second);
+        let shards = MultiGradientsParams {
+            grads: vec![(a, id), (b, id)],
+        };
+        let (next, learned) = sharded_scaler.step_multi(
+            &mut sharded_optim,
+            1e-2,
+            sharded_model,
+            shards,
+            None::<Tensor<B, 1>>,
+        );
+        sharded_model = next;
+        learned.unwrap();
+    }
+    let (whole, sharded) = (whole_scaler.sync().unwrap(), sharded_scaler.sync().unwrap());
+    assert_eq!(sharded, whole);
+    let skipped: Vec<usize> = (0..7).filter(|&i| sharded[i].is_skipped()).collect();
+    assert_eq!(skipped, vec![2, 4]);
+    assert_eq!(params(&sharded_model), params(&whole_model));
+    assert_eq!(
+        optimizer_state(sharded_optim.to_record()),
+        optimizer_state(whole_optim.to_record())
     );
 }
 

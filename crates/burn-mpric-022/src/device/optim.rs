@@ -290,13 +290,25 @@ impl<R: DeviceRule> ModuleMapper for Mapper<'_, R> {
         };
         let require_grad = tensor.is_require_grad();
         let checkpointing = tensor.gradient_checkpointing_strategy();
+        // The update runs where the gradient is: a parameter whose shards were summed on
+        // another device moves there with its state, as in Burn's `step_multi`.
+        let device = grad.device();
         let inner = tensor.inner();
-        let (shape, device, dtype) = (inner.shape(), inner.device(), inner.dtype());
+        let inner = match inner.device() == device {
+            true => inner,
+            false => inner.to_device(&device),
+        };
+        let (shape, dtype) = (inner.shape(), inner.dtype());
         let len = shape.num_elements();
         let wide = |t: Tensor<1>| t.cast(FloatDType::F32);
         let (mut slots, was) = match self.states.remove(&id) {
             // A parameter without a cohort (none was recorded) is a cohort of its own.
             Some(state) => {
+                let moved = state.first().is_some_and(|t| t.device() != device);
+                let state = match moved {
+                    true => state.into_iter().map(|t| t.to_device(&device)).collect(),
+                    false => state,
+                };
                 let cohort = self.cohorts.get(&id).copied().unwrap_or_else(|| {
                     *self.next_cohort += 1;
                     *self.next_cohort - 1

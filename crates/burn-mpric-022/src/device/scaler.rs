@@ -2,7 +2,7 @@
 //! told later.
 
 use burn::module::Module;
-use burn::optim::GradientsParams;
+use burn::optim::{GradientsParams, MultiGradientsParams};
 use burn::tensor::{Bool, DType, Device, FloatDType, Tensor, Transaction};
 use burn_mpric_core::scale::{DeviceStepRead, MAX_PENDING_STEPS, StepOutcome};
 
@@ -11,7 +11,7 @@ use super::rules::DeviceRule;
 use super::scale::{DeviceScale, finite_value};
 use crate::check::{CheckKind, GradCheck};
 use crate::error::StepError;
-use crate::scaler::LossScaler;
+use crate::scaler::{LossScaler, sum_shards};
 
 /// Loss scaling with the skip decided on the device (Burn 0.22): the finiteness flag, the
 /// scale and its growth counter stay device tensors, the optimizer's update is kept or
@@ -28,7 +28,7 @@ use crate::scaler::LossScaler;
 ///
 /// ```
 /// use burn::nn::LinearConfig;
-/// use burn::optim::GradientsParams;
+/// use burn::optim::{GradientsParams, MultiGradientsParams};
 /// use burn::tensor::{Device, Tensor};
 /// use burn_mpric_022::{DeviceLossScaler, DeviceOptimizer, LossScaler};
 /// use burn_mpric_core::scale::DeviceAdamConfig;
@@ -223,7 +223,7 @@ impl DeviceLossScaler {
     ///
     /// ```
     /// use burn::nn::LinearConfig;
-    /// use burn::optim::GradientsParams;
+    /// use burn::optim::{GradientsParams, MultiGradientsParams};
     /// use burn::tensor::{Device, Tensor};
     /// use burn_mpric_022::{DeviceLossScaler, DeviceOptimizer, LossScaler};
     /// use burn_mpric_core::scale::DeviceSgdConfig;
@@ -250,12 +250,81 @@ impl DeviceLossScaler {
         scaled_loss: Option<Tensor<D>>,
     ) -> (M, Result<Vec<StepOutcome>, StepError>) {
         let inverse = self.device.scale().recip();
-        let mut visitor = GradCheck::on_device(&mut grads, inverse, CheckKind::Sum);
-        module.visit(&mut visitor);
-        let (checks, error) = visitor.finish();
-        if let Some(err) = error {
-            return (module, Err(err));
+        let checks = match unscale(&module, &mut grads, inverse) {
+            Ok(checks) => checks,
+            Err(err) => return (module, Err(err)),
+        };
+        self.apply(optim, lr, module, grads, checks, scaled_loss)
+    }
+
+    /// [`step`](Self::step) for gradients held on several devices (Burn's
+    /// `MultiGradientsParams`): each shard is cast and unscaled on its own device, their
+    /// checks make one decision for all of them (a non-finite gradient on any device skips
+    /// the whole step), and a parameter's shards are summed, at its dtype, on the device
+    /// Burn's optimizers pick for it, where its update then runs (the parameter and its state
+    /// move there, as in Burn's `step_multi`). Nothing is read.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::nn::LinearConfig;
+    /// use burn::optim::{GradientsParams, MultiGradientsParams};
+    /// use burn::tensor::{Device, Tensor};
+    /// use burn_mpric_022::{DeviceLossScaler, DeviceOptimizer, LossScaler};
+    /// use burn_mpric_core::scale::DeviceSgdConfig;
+    ///
+    /// let model = LinearConfig::new(1, 1).with_bias(false).init(&Device::flex().autodiff());
+    /// let (before, id) = (model.weight.val().into_scalar::<f32>(), model.weight.id);
+    /// let shard = |value: f32| {
+    ///     let mut grads = GradientsParams::new();
+    ///     grads.register(id, Tensor::<2>::from_floats([[value]], &Device::flex()));
+    ///     (grads, Device::flex())
+    /// };
+    /// let mut scaler = DeviceLossScaler::new(LossScaler::fixed(2.0).unwrap(), &Device::flex()).unwrap();
+    /// let mut optim = DeviceOptimizer::new(DeviceSgdConfig::new());
+    /// // The shards' unscaled gradients, 1 and 3, are summed: the update is lr * 4.
+    /// let grads = MultiGradientsParams { grads: vec![shard(2.0), shard(6.0)] };
+    /// let (model, _) = scaler.step_multi::<_, _, 1>(&mut optim, 0.5, model, grads, None);
+    /// assert_eq!(model.weight.val().into_scalar::<f32>(), before - 2.0);
+    /// // One shard overflowed: the whole step is skipped.
+    /// let grads = MultiGradientsParams { grads: vec![shard(2.0), shard(f32::INFINITY)] };
+    /// let (model, _) = scaler.step_multi::<_, _, 1>(&mut optim, 0.5, model, grads, None);
+    /// assert_eq!(model.weight.val().into_scalar::<f32>(), before - 2.0);
+    /// assert!(scaler.sync().unwrap()[1].is_skipped());
+    /// ```
+    pub fn step_multi<M: Module, R: DeviceRule, const D: usize>(
+        &mut self,
+        optim: &mut DeviceOptimizer<R>,
+        lr: f64,
+        module: M,
+        grads: MultiGradientsParams,
+        scaled_loss: Option<Tensor<D>>,
+    ) -> (M, Result<Vec<StepOutcome>, StepError>) {
+        let inverse = self.device.scale().recip();
+        let mut checks = Vec::new();
+        let mut shards = Vec::with_capacity(grads.grads.len());
+        for (mut shard, device) in grads.grads {
+            match unscale(&module, &mut shard, inverse.clone()) {
+                Ok(more) => checks.extend(more),
+                Err(err) => return (module, Err(err)),
+            }
+            shards.push((shard, device));
         }
+        let grads = sum_shards(&module, MultiGradientsParams { grads: shards });
+        self.apply(optim, lr, module, grads, checks, scaled_loss)
+    }
+
+    /// The step after the unscale: the update kept or discarded by the checks' finiteness,
+    /// the scale moved on by it, the step queued for the host to read.
+    fn apply<M: Module, R: DeviceRule, const D: usize>(
+        &mut self,
+        optim: &mut DeviceOptimizer<R>,
+        lr: f64,
+        module: M,
+        grads: GradientsParams,
+        checks: Vec<Tensor<1>>,
+        scaled_loss: Option<Tensor<D>>,
+    ) -> (M, Result<Vec<StepOutcome>, StepError>) {
         // Finite exactly when every check is (their sum is inf or NaN otherwise).
         let finite = checks
             .first()
@@ -385,5 +454,21 @@ impl DeviceLossScaler {
             }),
             None => Ok(outcomes),
         }
+    }
+}
+
+/// Casts and unscales every gradient of `module` in `grads` by `inverse`, on the device: the
+/// one-element sums whose finiteness decides the step.
+fn unscale<M: Module>(
+    module: &M,
+    grads: &mut GradientsParams,
+    inverse: Tensor<1>,
+) -> Result<Vec<Tensor<1>>, StepError> {
+    let mut visitor = GradCheck::on_device(grads, inverse, CheckKind::Sum);
+    module.visit(&mut visitor);
+    let (checks, error) = visitor.finish();
+    match error {
+        Some(err) => Err(err),
+        None => Ok(checks),
     }
 }

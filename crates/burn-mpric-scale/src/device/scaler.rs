@@ -1,8 +1,8 @@
 //! [`DeviceLossScaler`]: the step contract with the skip decided on the device and the host
 //! told later.
 
-use burn::module::AutodiffModule;
-use burn::optim::GradientsParams;
+use burn::module::{AutodiffModule, ModuleVisitor, Param};
+use burn::optim::{GradientsParams, MultiGradientsParams};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, DType, FloatDType, Tensor, TensorData, Transaction};
 use burn_mpric_core::scale::{DeviceStepRead, MAX_PENDING_STEPS, StepOutcome};
@@ -278,6 +278,99 @@ impl<B: Backend> DeviceLossScaler<B> {
             Ok(checked) => checked,
             Err(err) => return (module, Err(err)),
         };
+        self.apply(optim, lr, module, grads, finite, scaled_loss)
+    }
+
+    /// [`step`](Self::step) for gradients held on several devices, as burn-train's
+    /// `MultiDeviceOptim::OptimSharded` hands them to `TrainStep::optimize_multi`: each shard
+    /// is cast and unscaled on its own device, their flags make one decision for all of them
+    /// (a non-finite gradient on any device skips the whole step), and a parameter's shards
+    /// are summed, at its dtype, on the device Burn's optimizers pick for it, where its update
+    /// then runs (the parameter and its state move there, as in Burn's `step_multi`).
+    /// Nothing is read.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::optim::{GradientsParams, MultiGradientsParams};
+    /// use burn::prelude::DeviceOps;
+    /// use burn::tensor::Tensor;
+    /// use burn_mpric_scale::{DeviceLossScaler, DeviceOptimizer, DeviceSgdConfig, LossScaler};
+    ///
+    /// type B = Autodiff<Flex>;
+    /// let device = Default::default();
+    /// let model: Linear<B> = LinearConfig::new(1, 1).with_bias(false).init(&device);
+    /// let (before, id) = (model.weight.val().into_scalar(), model.weight.id);
+    /// let shard = |value: f32| {
+    ///     let mut grads = GradientsParams::new();
+    ///     grads.register(id, Tensor::<Flex, 2>::from_floats([[value]], &device));
+    ///     (grads, device.to_id())
+    /// };
+    /// let mut scaler = DeviceLossScaler::new(LossScaler::fixed(2.0).unwrap(), &device).unwrap();
+    /// let mut optim = DeviceOptimizer::new(DeviceSgdConfig::new());
+    /// // The shards' unscaled gradients, 1 and 3, are summed: the update is lr * 4.
+    /// let grads = MultiGradientsParams { grads: vec![shard(2.0), shard(6.0)] };
+    /// let (model, _) = scaler.step_multi::<B, _, _, 1>(&mut optim, 0.5, model, grads, None);
+    /// assert_eq!(model.weight.val().into_scalar(), before - 2.0);
+    /// // One shard overflowed: the whole step is skipped.
+    /// let grads = MultiGradientsParams { grads: vec![shard(2.0), shard(f32::INFINITY)] };
+    /// let (model, _) = scaler.step_multi::<B, _, _, 1>(&mut optim, 0.5, model, grads, None);
+    /// assert_eq!(model.weight.val().into_scalar(), before - 2.0);
+    /// assert!(scaler.sync().unwrap()[1].is_skipped());
+    /// ```
+    pub fn step_multi<AB, M, R, const D: usize>(
+        &mut self,
+        optim: &mut DeviceOptimizer<R, B>,
+        lr: f64,
+        module: M,
+        grads: MultiGradientsParams,
+        scaled_loss: Option<Tensor<AB, D>>,
+    ) -> (M, Result<Vec<StepOutcome>, StepError>)
+    where
+        AB: AutodiffBackend<InnerBackend = B>,
+        M: AutodiffModule<AB>,
+        R: DeviceRule,
+    {
+        let inverse = self.device.scale().recip();
+        let scale_device = inverse.device();
+        let mut shards = Vec::with_capacity(grads.grads.len());
+        let mut finite: Option<Tensor<B, 1, Bool>> = None;
+        for (shard, device) in grads.grads {
+            let (shard, flag) = match unscale_on_device::<AB, M>(&module, shard, inverse.clone()) {
+                Ok(checked) => checked,
+                Err(err) => return (module, Err(err)),
+            };
+            if let Some(flag) = flag {
+                let flag = flag.to_device(&scale_device);
+                finite = Some(match finite {
+                    Some(all) => all.bool_and(flag),
+                    None => flag,
+                });
+            }
+            shards.push((shard, device));
+        }
+        let grads = sum_shards::<AB, M>(&module, MultiGradientsParams { grads: shards });
+        self.apply(optim, lr, module, grads, finite, scaled_loss)
+    }
+
+    /// The step after the unscale: the update kept or discarded by `finite`, the scale moved
+    /// on by it, the step queued for the host to read.
+    fn apply<AB, M, R, const D: usize>(
+        &mut self,
+        optim: &mut DeviceOptimizer<R, B>,
+        lr: f64,
+        module: M,
+        grads: GradientsParams,
+        finite: Option<Tensor<B, 1, Bool>>,
+        scaled_loss: Option<Tensor<AB, D>>,
+    ) -> (M, Result<Vec<StepOutcome>, StepError>)
+    where
+        AB: AutodiffBackend<InnerBackend = B>,
+        M: AutodiffModule<AB>,
+        R: DeviceRule,
+    {
         let module = match &finite {
             Some(flag) => optim.step::<AB, M>(lr, module, grads, flag.clone()),
             None => module,
@@ -387,4 +480,29 @@ impl<B: Backend> DeviceLossScaler<B> {
             None => Ok(outcomes),
         }
     }
+}
+
+/// `grads` as one set: each parameter's shards summed on the device Burn's optimizers pick
+/// for it (`MultiGradientsParams::remove`).
+fn sum_shards<AB: AutodiffBackend, M: AutodiffModule<AB>>(
+    module: &M,
+    grads: MultiGradientsParams,
+) -> GradientsParams {
+    struct Summer {
+        shards: MultiGradientsParams,
+        out: GradientsParams,
+    }
+    impl<AB: AutodiffBackend> ModuleVisitor<AB> for Summer {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<AB, D>>) {
+            if let Some((grad, _)) = self.shards.remove::<AB::InnerBackend, D>(param.id) {
+                self.out.register::<AB::InnerBackend, D>(param.id, grad);
+            }
+        }
+    }
+    let mut summer = Summer {
+        shards: grads,
+        out: GradientsParams::new(),
+    };
+    module.visit(&mut summer);
+    summer.out
 }
