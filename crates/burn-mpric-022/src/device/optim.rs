@@ -258,7 +258,9 @@ impl<R: DeviceRule> Mapper<'_, R> {
         let found = self
             .step
             .iter()
-            .position(|c| c.was == was && (was.is_some() || c.device == *device));
+            // One cohort per device: a cohort's coefficients live on one device, and
+            // `step_multi` may update its parameters on several.
+            .position(|c| c.was == was && c.device == *device);
         match found {
             Some(index) => index,
             None => {

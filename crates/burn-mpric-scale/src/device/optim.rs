@@ -282,7 +282,9 @@ impl<R: DeviceRule, B: Backend> Mapper<'_, R, B> {
         let found = self
             .step
             .iter()
-            .position(|c| c.was == was && (was.is_some() || c.device == *device));
+            // One cohort per device: a cohort's coefficients live on one device, and
+            // `step_multi` may update its parameters on several.
+            .position(|c| c.was == was && c.device == *device);
         match found {
             Some(index) => index,
             None => {
