@@ -75,15 +75,16 @@ pub struct CastGroup {
     pub ms: f64,
 }
 
-/// The profiles of one backend.
+/// The profiles of one backend: the decorator's ops (`VariantProfile`), or the 0.22
+/// edition's kernels (`profile022::Profile022`).
 #[derive(Debug, Clone, Serialize)]
-pub struct BackendProfile {
-    /// `flex`, `wgpu` or `cuda`.
+pub struct BackendProfile<V = VariantProfile> {
+    /// `flex`, `wgpu` or `cuda` (`wgpu (burn 0.22)`, ... for the 0.22 edition).
     pub backend: String,
     /// The model and its sizes.
     pub spec: String,
     /// The variants the device runs.
-    pub variants: Vec<VariantProfile>,
+    pub variants: Vec<V>,
     /// The variants it does not run, and why.
     pub skipped: Vec<String>,
 }

@@ -26,6 +26,7 @@ use burn022::tensor::Device;
 use serde::Serialize;
 
 use crate::edition022;
+use crate::profile::BackendProfile;
 use crate::workloads::Spec;
 
 /// The hidden argument that makes this binary a profiled child.
@@ -69,17 +70,7 @@ pub struct StepKernels {
 }
 
 /// The edition's profile on one backend.
-#[derive(Debug, Clone, Serialize)]
-pub struct Profile022 {
-    /// `wgpu (burn 0.22)`, ...
-    pub backend: String,
-    /// The step's shape.
-    pub spec: String,
-    /// The variants that ran.
-    pub variants: Vec<StepKernels>,
-    /// The variants that did not, and why.
-    pub skipped: Vec<String>,
-}
+pub type Profile022 = BackendProfile<StepKernels>;
 
 /// Profiles every variant on `backend` (`wgpu` or `cuda`), each in a child process of `exe`,
 /// its cubecl log under `dir`.
