@@ -1,7 +1,8 @@
 //! [`ScalerHandle`]: one loss scaler shared by a model's clones, and the steps waiting for
 //! its decision.
 
-use std::any::Any;
+use std::any::{Any, type_name};
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -9,12 +10,15 @@ use burn::module::{
     AutodiffModule, Content, Devices, HasAutodiffModule, Module, ModuleDisplay,
     ModuleDisplayDefault, ModuleMapper, ModuleVisitor,
 };
+use burn::optim::{GradientsParams, MultiGradientsParams};
 use burn::tensor::Tensor;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn_mpric::scale::{
-    DataParallel, LossScaler, LossScalerRecord, ScalerStats, StateError, StepError, StepOutcome,
+    DataParallel, DeviceLossScaler, DeviceRule, LossScaler, LossScalerRecord, ScalerStats,
+    StateError, StepError, StepOutcome,
 };
 
+use crate::device::{OnDevice, ScaledDeviceOptimizer};
 use crate::record::StepSlot;
 
 /// A [`LossScaler`] shared between the training steps and the optimizer steps (burn-train
@@ -60,6 +64,9 @@ struct Shared {
     parallel: Option<DataParallel>,
     /// Copies of the pending steps' batches, for the probe of a skipped step.
     probe: ProbeInputs,
+    /// The device path, once [`ScalerHandle::device_optimizer`] made its optimizer: the
+    /// scaler's state lives there, and `scaler` is the host's copy as of the last read.
+    device: Option<OnDevice>,
 }
 
 /// The batches of the steps since the last optimizer step, kept for the probe of a skipped
@@ -81,6 +88,7 @@ impl ScalerHandle {
             pending: Vec::new(),
             parallel: None,
             probe: ProbeInputs::default(),
+            device: None,
         })))
     }
 
@@ -127,7 +135,131 @@ impl ScalerHandle {
         self.lock().parallel.take()
     }
 
+    /// Puts every model sharing this handle on the device path and returns the optimizer to
+    /// hand burn-train's `Learner`: the skip is decided on the device, the scale and its
+    /// counters live there, and nothing is read between backward and the update (see
+    /// [`ScaledDeviceOptimizer`]). `rule` is the update (`DeviceAdamConfig`,
+    /// `DeviceAdamWConfig`, `DeviceSgdConfig`); the scaler's state moves to `device`.
+    ///
+    /// The host learns the steps later, all pending ones in one read: every `sync_every`
+    /// steps, one step behind (`0`: only at the syncs below, and once
+    /// [`MAX_PENDING_STEPS`](burn_mpric::scale::MAX_PENDING_STEPS) are pending); before each
+    /// validation epoch (burn-train calls `valid()`), at each checkpoint (the record holds the
+    /// scaler as of every step), and whenever the handle is asked ([`sync`](Self::sync),
+    /// [`scale`](Self::scale), [`stats`](Self::stats), [`snapshot`](Self::snapshot)). What
+    /// comes late: the per-step metrics ([`ScaleRecord`](crate::ScaleRecord)s of steps not
+    /// read yet show the scaler as of the last read, undecided), and the stop after
+    /// `max_consecutive_skips` skips in a row (at the read that finds it). Not on this path:
+    /// gradient clipping, overflowed parameters' names and the skip-cause probe (they need the
+    /// gradients on the host at the step).
+    ///
+    /// Fails with [`StepError::NotOnDevice`] when the scaler clips gradients or its growth or
+    /// backoff factor is not exact in f32, or when the handle is on the device path already.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn_mpric::scale::{DeviceSgdConfig, LossScaler};
+    /// use burn_mpric_learner::ScalerHandle;
+    ///
+    /// type B = Autodiff<Flex>;
+    /// let handle = ScalerHandle::new(LossScaler::default());
+    /// let device = Default::default();
+    /// let optim = handle.device_optimizer::<B, _>(DeviceSgdConfig::new(), &device, 10).unwrap();
+    /// // One device optimizer per handle.
+    /// assert!(handle.device_optimizer::<B, _>(DeviceSgdConfig::new(), &device, 10).is_err());
+    /// # drop(optim);
+    /// ```
+    pub fn device_optimizer<AB, R>(
+        &self,
+        rule: R,
+        device: &burn::tensor::Device<AB::InnerBackend>,
+        sync_every: usize,
+    ) -> Result<ScaledDeviceOptimizer<R, AB>, StepError>
+    where
+        AB: AutodiffBackend,
+        R: DeviceRule,
+    {
+        let mut shared = self.lock();
+        if shared.device.is_some() {
+            return Err(StepError::NotOnDevice(
+                "this ScalerHandle is on the device path already: one device optimizer per handle"
+                    .into(),
+            ));
+        }
+        let scaler = DeviceLossScaler::<AB::InnerBackend>::new(shared.scaler, device)?
+            .with_sync_every(sync_every);
+        shared.device = Some(OnDevice {
+            scaler: Box::new(scaler),
+            optimizer: type_name::<ScaledDeviceOptimizer<R, AB>>(),
+            awaiting: VecDeque::new(),
+            stopped: None,
+        });
+        drop(shared);
+        Ok(ScaledDeviceOptimizer::new(self.clone(), rule))
+    }
+
+    /// Whether the handle's models step on the device path
+    /// ([`device_optimizer`](Self::device_optimizer)).
+    ///
+    /// ```
+    /// use burn_mpric_learner::ScalerHandle;
+    ///
+    /// assert!(!ScalerHandle::default().is_on_device());
+    /// ```
+    pub fn is_on_device(&self) -> bool {
+        self.lock().device.is_some()
+    }
+
+    /// On the device path, reads every step the host has not learned yet (one read) and
+    /// returns their outcomes in order; each step's metrics item that was not processed yet
+    /// gets its own. On the host path there is nothing to read: `Ok` and no outcome.
+    ///
+    /// Fails as [`DeviceLossScaler::sync`] does: with [`StepError::Stalled`] when a step
+    /// reached `max_consecutive_skips` skips in a row (the Learner's next step then stops the
+    /// run), or with a read error (the steps stay pending).
+    ///
+    /// ```
+    /// use burn_mpric_learner::ScalerHandle;
+    ///
+    /// assert!(ScalerHandle::default().sync().unwrap().is_empty());
+    /// ```
+    pub fn sync(&self) -> Result<Vec<StepOutcome>, StepError> {
+        Self::read_device(&mut self.lock())
+    }
+
+    /// [`sync`](Self::sync) where no error can be returned: logged, and a stall is kept for
+    /// the next step to stop the run.
+    fn settle(shared: &mut Shared) {
+        if let Err(err) = Self::read_device(shared) {
+            log::error!("the loss scaler's pending device steps were not read: {err}");
+        }
+    }
+
+    /// [`settle`](Self::settle), then the stop a read found, if any (a panic: burn-train's
+    /// `valid()` cannot return an error).
+    pub(crate) fn settle_and_check(&self) {
+        let mut guard = self.lock();
+        Self::settle(&mut guard);
+        if let Some(stop) = guard.device.as_mut().and_then(|d| d.stopped.take()) {
+            drop(guard);
+            panic!("the run stopped: {stop}");
+        }
+    }
+
+    fn read_device(shared: &mut Shared) -> Result<Vec<StepOutcome>, StepError> {
+        let Some(device) = shared.device.as_mut() else {
+            return Ok(Vec::new());
+        };
+        let read = device.scaler.sync();
+        device.learn(&read);
+        shared.scaler = device.scaler.host();
+        read
+    }
+
     /// The current scale (the one the next step's loss will be multiplied by).
+    /// On the device path, the pending steps are read first ([`sync`](Self::sync)).
     ///
     /// ```
     /// use burn_mpric_learner::ScalerHandle;
@@ -135,10 +267,13 @@ impl ScalerHandle {
     /// assert_eq!(ScalerHandle::default().scale(), 1.0);
     /// ```
     pub fn scale(&self) -> f32 {
-        self.lock().scaler.scale()
+        let mut shared = self.lock();
+        Self::settle(&mut shared);
+        shared.scaler.scale()
     }
 
     /// The scaler's counters (steps, skipped steps).
+    /// On the device path, the pending steps are read first ([`sync`](Self::sync)).
     ///
     /// ```
     /// use burn_mpric_learner::ScalerHandle;
@@ -146,10 +281,13 @@ impl ScalerHandle {
     /// assert_eq!(ScalerHandle::default().stats().skipped, 0);
     /// ```
     pub fn stats(&self) -> ScalerStats {
-        self.lock().scaler.stats()
+        let mut shared = self.lock();
+        Self::settle(&mut shared);
+        shared.scaler.stats()
     }
 
     /// A copy of the scaler (to checkpoint it, for example).
+    /// On the device path, the pending steps are read first ([`sync`](Self::sync)).
     ///
     /// ```
     /// use burn_mpric_learner::ScalerHandle;
@@ -157,7 +295,9 @@ impl ScalerHandle {
     /// assert_eq!(ScalerHandle::default().snapshot().scale(), 1.0);
     /// ```
     pub fn snapshot(&self) -> LossScaler {
-        self.lock().scaler
+        let mut shared = self.lock();
+        Self::settle(&mut shared);
+        shared.scaler
     }
 
     /// Replaces the shared scaler's state with `record` (scale, counters, configuration and
@@ -169,6 +309,8 @@ impl ScalerHandle {
     /// [`LossScaler::from_record`] and PyTorch's `GradScaler.load_state_dict` do (a warning is
     /// logged when its kind, configuration or clipping differs). Steps whose loss was scaled
     /// but whose optimizer step has not run are forgotten: their metrics items read no outcome.
+    /// On the device path, a record that path cannot take (one that clips gradients, say) is
+    /// logged as an error and leaves the scaler unchanged.
     ///
     /// ```
     /// use burn_mpric::scale::{LossScaleConfig, LossScaler};
@@ -202,6 +344,15 @@ impl ScalerHandle {
                 old.clip_norm
             );
         }
+        if let Some(device) = shared.device.as_mut() {
+            // The device path goes on from the restored state, or keeps its own.
+            if let Err(err) = device.scaler.restart(restored) {
+                log::error!("{err}: the loss scaler keeps its state");
+                return Ok(());
+            }
+            device.awaiting.clear();
+            device.stopped = None;
+        }
         shared.scaler = restored;
         shared.pending.clear();
         shared.probe.0.clear();
@@ -210,14 +361,97 @@ impl ScalerHandle {
 
     /// Scales `loss` with the current scale and opens the slot that the step's optimizer
     /// decision will fill.
-    pub(crate) fn scale_loss<B: Backend, const D: usize>(
+    /// On the device path the slot starts with the scaler as of the last read (the scale the
+    /// loss is multiplied by is the device's), and its step's outcome fills it at a sync.
+    pub(crate) fn scale_loss<B: AutodiffBackend, const D: usize>(
         &self,
         loss: Tensor<B, D>,
     ) -> (Tensor<B, D>, StepSlot) {
         let mut shared = self.lock();
         let slot = StepSlot::new(shared.scaler.scale(), shared.scaler.stats().skipped);
         shared.pending.push(slot.clone());
-        (shared.scaler.scale_loss(loss), slot)
+        let scaled = match shared.device.as_mut() {
+            Some(device) => device.scaler::<B::InnerBackend>().scale_loss(loss),
+            None => shared.scaler.scale_loss(loss),
+        };
+        (scaled, slot)
+    }
+
+    /// The type of the optimizer made for the device path, if the handle is on it.
+    pub(crate) fn device_optimizer_type(&self) -> Option<&'static str> {
+        self.lock().device.as_ref().map(|device| device.optimizer)
+    }
+
+    /// Sums the gradients with the other processes' when the handle runs across processes.
+    pub(crate) fn sum_across_processes<AB, M>(
+        &self,
+        module: &M,
+        grads: GradientsParams,
+    ) -> Result<GradientsParams, StepError>
+    where
+        AB: AutodiffBackend,
+        M: AutodiffModule<AB>,
+    {
+        match self.lock().parallel.as_mut() {
+            Some(parallel) => parallel.sum_grads::<AB, M>(module, grads),
+            None => Ok(grads),
+        }
+    }
+
+    /// [`sum_across_processes`](Self::sum_across_processes) for gradients on several devices.
+    pub(crate) fn sum_multi_across_processes<AB, M>(
+        &self,
+        module: &M,
+        grads: MultiGradientsParams,
+    ) -> Result<MultiGradientsParams, StepError>
+    where
+        AB: AutodiffBackend,
+        M: AutodiffModule<AB>,
+    {
+        match self.lock().parallel.as_mut() {
+            Some(parallel) => parallel.sum_multi_grads::<AB, M>(module, grads),
+            None => Ok(grads),
+        }
+    }
+
+    /// Runs one device-path optimizer step and hands the training steps since the last one
+    /// to the step's outcome, for when the host reads it. Panics (burn-train's
+    /// `Optimizer::step` cannot return an error) when the handle is not on the device path,
+    /// and when a read found a stall: the run stops rather than go on in silence.
+    pub(crate) fn device_step<AB, M>(
+        &self,
+        step: impl FnOnce(
+            &mut DeviceLossScaler<AB::InnerBackend>,
+        ) -> (M, Result<Vec<StepOutcome>, StepError>),
+    ) -> M
+    where
+        AB: AutodiffBackend,
+    {
+        let mut guard = self.lock();
+        let shared = &mut *guard;
+        let Some(device) = shared.device.as_mut() else {
+            drop(guard);
+            panic!("a ScaledDeviceOptimizer steps a ScalerHandle that left the device path");
+        };
+        if let Some(stop) = device.stopped.take() {
+            drop(guard);
+            panic!("the run stopped: {stop}");
+        }
+        let slots = std::mem::take(&mut shared.pending);
+        device.awaiting.push_back(slots);
+        let (module, read) = step(device.scaler::<AB::InnerBackend>());
+        device.learn(&read);
+        shared.scaler = device.scaler.host();
+        match read {
+            Err(StepError::Stalled { .. }) => {
+                let stop = device.stopped.take().unwrap_or_default();
+                drop(guard);
+                panic!("the run stopped: {stop}")
+            }
+            Err(err) => log::warn!("the loss scaler's pending device steps were not read: {err}"),
+            Ok(_) => {}
+        }
+        module
     }
 
     /// Runs one optimizer step with the scaler (`step` unscales, checks, steps or skips and

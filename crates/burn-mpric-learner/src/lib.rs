@@ -32,6 +32,21 @@
 //! whole, configuration included; a record saved before the scaler was part of it still loads,
 //! and then leaves the scaler as it is (see [`Scaled`] and [`ScalerHandle::restore`]).
 //!
+//! **The device path.** [`ScalerHandle::device_optimizer`] makes the optimizer to hand the
+//! `Learner` ([`ScaledDeviceOptimizer`]: Adam, AdamW or SGD with momentum, as
+//! burn-mpric-scale's `DeviceOptimizer`): the finiteness flag, the scale and its counters stay
+//! on the device, the update is kept or discarded there, and nothing is read between backward
+//! and the optimizer, which on a GPU keeps the device busy (and a fused stream whole) through
+//! the step. The decisions, scales and counters are the host-read path's. The host learns
+//! them later: every `sync_every` steps, before each validation epoch, at each checkpoint
+//! (which holds the scaler as of its last step, and the optimizer's state) and whenever the
+//! handle is asked. Until then a step's metrics item shows the scaler as of the last read,
+//! and a stall (`max_consecutive_skips`) stops the run at the step after the read that finds
+//! it. Not on this path: gradient clipping, the overflowed parameters' names and the
+//! skip-cause probe, which need the gradients on the host at the step; take the host-read
+//! path (any Burn optimizer) for them, or when every step's metrics must show its own
+//! decision.
+//!
 //! **burn-train's `ExecutionStrategy::DistributedDataParallel` is not supported.** In Burn
 //! 0.21 it all-reduces the gradients inside `backward()` through the backend's
 //! `DistributedBackend::all_reduce`, which only the CUDA backend implements (NCCL), and its
@@ -50,11 +65,13 @@
 
 #![warn(missing_docs)]
 
+mod device;
 mod handle;
 mod metrics;
 mod record;
 mod step;
 
+pub use device::{ScaledDeviceOptimizer, ScaledDeviceOptimizerRecord};
 pub use handle::ScalerHandle;
 pub use metrics::{LossScaleMetric, OverflowedParamsMetric, SkipCauseMetric, SkippedStepsMetric};
 pub use record::{ScaleRecord, ScaledItem, ScaledOutput};

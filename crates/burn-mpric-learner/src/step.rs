@@ -11,7 +11,7 @@ use burn::tensor::Tensor;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::train::{InferenceStep, ItemLazy, TrainOutput, TrainStep};
 
-use burn_mpric::scale::LossScalerRecord;
+use burn_mpric::scale::{LossScalerRecord, StepError};
 
 use crate::{ScaledOutput, ScalerHandle};
 
@@ -188,8 +188,11 @@ where
 {
     type InnerModule = Scaled<B::InnerBackend, M::InnerModule>;
 
-    /// The wrapped model's `valid()`, sharing the same scaler.
+    /// The wrapped model's `valid()`, sharing the same scaler. On the device path the
+    /// pending steps are read first (burn-train calls it before each validation epoch and
+    /// at the end of training): the steps' metrics and the scaler are up to date there.
     fn valid(&self) -> Self::InnerModule {
+        self.scaler.settle_and_check();
         Scaled::new(self.model.valid(), self.scaler.clone())
     }
 
@@ -254,6 +257,28 @@ impl<B: Backend, M: Module<B>> Scaled<B, M> {
     pub fn into_inner(self) -> M {
         self.model
     }
+
+    /// An optimizer step on the device path: `optim` must be the handle's
+    /// [`ScaledDeviceOptimizer`](crate::ScaledDeviceOptimizer) (`expected`), which unscales,
+    /// decides and steps; any other would apply the scaled gradients as they are. Panics
+    /// where burn-train's `TrainStep` cannot return an error: another optimizer, or a lost
+    /// process.
+    fn device_path<O, G, F: FnOnce(G) -> Self>(
+        expected: &str,
+        grads: Result<G, StepError>,
+        step: F,
+    ) -> Self {
+        let given = std::any::type_name::<O>();
+        assert_eq!(
+            given, expected,
+            "this model's ScalerHandle is on the device path: the Learner's optimizer must be \
+             the one ScalerHandle::device_optimizer made"
+        );
+        match grads {
+            Ok(grads) => step(grads),
+            Err(lost) => panic!("the run across processes stopped: {lost}"),
+        }
+    }
 }
 
 impl<B, M> TrainStep for Scaled<B, M>
@@ -283,6 +308,12 @@ where
         Self: AutodiffModule<B2>,
     {
         let handle = self.scaler.clone();
+        if let Some(expected) = handle.device_optimizer_type() {
+            let grads = handle.sum_across_processes::<B2, Self>(&self, grads);
+            return Self::device_path::<O, _, _>(expected, grads, |grads| {
+                optim.step(lr, self, grads)
+            });
+        }
         handle.optimizer_step(|scaler, parallel, mut kept| {
             let alone = parallel.is_none();
             let grads = match parallel {
@@ -322,6 +353,12 @@ where
         Self: AutodiffModule<B2>,
     {
         let handle = self.scaler.clone();
+        if let Some(expected) = handle.device_optimizer_type() {
+            let grads = handle.sum_multi_across_processes::<B2, Self>(&self, grads);
+            return Self::device_path::<O, _, _>(expected, grads, |grads| {
+                optim.step_multi(lr, self, grads)
+            });
+        }
         handle.optimizer_step(|scaler, parallel, _kept| {
             let grads = match parallel {
                 None => grads,

@@ -285,28 +285,6 @@ fn two_replicas_equal_one_device_summing_the_same_two_batches_per_step() {
     }
 }
 
-/// Every step's loss-scaling record, in the order burn-train's metric processor reads them.
-/// (Kept in memory: burn-train 0.21 logs the first epoch of a resumed run into `epoch-1`, so
-/// its files cannot tell a resumed run's epochs apart.)
-#[derive(Clone, Default)]
-struct Decisions(Arc<Mutex<Vec<ScaleRecord>>>);
-
-impl Metric for Decisions {
-    type Input = ScaleRecord;
-
-    fn update(&mut self, record: &ScaleRecord, _: &MetricMetadata) -> SerializedEntry {
-        self.0.lock().unwrap().push(record.clone());
-        let scale = record.scale_used.to_string();
-        SerializedEntry::new(scale.clone(), scale)
-    }
-
-    fn clear(&mut self) {}
-
-    fn name(&self) -> MetricName {
-        Arc::new("Decisions".to_string())
-    }
-}
-
 /// Trains `epochs` epochs (or, with `ResumeFrom`, up to `epochs`) and returns the run with
 /// the loss-scaling record of each step it ran.
 fn train_recorded(

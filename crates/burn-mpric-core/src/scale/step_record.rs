@@ -138,9 +138,12 @@ impl StepSlot {
 
     /// The record as it stands; the first read of an undecided slot fixes it undecided.
     pub fn read(&self) -> ScaleRecord {
+        let outcome = self.decision.get_or_init(|| None).clone();
+        // A step decided on the device learns its scale with its outcome.
+        let scale_used = outcome.as_ref().map_or(self.scale_used, |o| o.scale_used);
         ScaleRecord {
-            outcome: self.decision.get_or_init(|| None).clone(),
-            ..ScaleRecord::undecided(self.scale_used, self.skipped_before)
+            outcome,
+            ..ScaleRecord::undecided(scale_used, self.skipped_before)
         }
     }
 }

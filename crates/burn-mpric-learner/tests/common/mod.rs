@@ -2,6 +2,7 @@
 //! shared by the learner tests.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use burn::backend::{Autodiff, Flex};
 use burn::data::dataloader::{DataLoaderBuilder, batcher::Batcher};
@@ -13,7 +14,9 @@ use burn::optim::AdamConfig;
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor, TensorData};
-use burn::train::metric::{AccuracyMetric, LossMetric, Metric};
+use burn::train::metric::{
+    AccuracyMetric, LossMetric, Metric, MetricMetadata, MetricName, SerializedEntry,
+};
 use burn::train::{
     ClassificationOutput, ExecutionStrategy, InferenceStep, Learner, MultiDeviceOptim,
     SupervisedTraining,
@@ -21,7 +24,8 @@ use burn::train::{
 use burn_mpric::scale::{LossScaleConfig, LossScaler};
 use burn_mpric::{MixedPrecision, MpDevice, Policy};
 use burn_mpric_learner::{
-    LossScaleMetric, LossStep, Scaled, ScalerHandle, SkipCauseMetric, SkippedStepsMetric,
+    LossScaleMetric, LossStep, ScaleRecord, Scaled, ScalerHandle, SkipCauseMetric,
+    SkippedStepsMetric,
 };
 
 pub type Mp = MixedPrecision<Flex>;
@@ -338,4 +342,26 @@ pub fn expected_trace(initial: f64, steps: usize, skipped: &[usize]) -> Vec<(f64
             (used, count)
         })
         .collect()
+}
+
+/// Every step's loss-scaling record, in the order burn-train's metric processor reads them.
+/// (Kept in memory: burn-train 0.21 logs the first epoch of a resumed run into `epoch-1`, so
+/// its files cannot tell a resumed run's epochs apart.)
+#[derive(Clone, Default)]
+pub struct Decisions(pub Arc<Mutex<Vec<ScaleRecord>>>);
+
+impl Metric for Decisions {
+    type Input = ScaleRecord;
+
+    fn update(&mut self, record: &ScaleRecord, _: &MetricMetadata) -> SerializedEntry {
+        self.0.lock().unwrap().push(record.clone());
+        let scale = record.scale_used.to_string();
+        SerializedEntry::new(scale.clone(), scale)
+    }
+
+    fn clear(&mut self) {}
+
+    fn name(&self) -> MetricName {
+        Arc::new("Decisions".to_string())
+    }
 }
