@@ -88,8 +88,8 @@ pub use optim::{
 pub use overflow::find_overflow;
 pub use scaler::{CheckedGrads, LossScaler};
 pub use train::{
-    LossScaleMetric, LossStep, ScaleRecord, Scaled, ScaledOutput, ScalerHandle, SkipCauseMetric,
-    SkippedStepsMetric,
+    DevicePathOptimizer, LossScaleMetric, LossStep, ScaleRecord, Scaled, ScaledOutput,
+    ScalerHandle, SkipCauseMetric, SkippedStepsMetric,
 };
 
 #[doc(hidden)]

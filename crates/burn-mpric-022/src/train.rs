@@ -23,6 +23,18 @@
 //! [`LossScaler::save_file`](crate::LossScaler::save_file) next to them and put it back with
 //! [`ScalerHandle::restore`] when resuming.
 //!
+//! **The device path.** [`ScalerHandle::device_optimizer`] puts the handle's models on it
+//! and returns the optimizer to hand the `Learner` (a [`DevicePathOptimizer`], which only
+//! stands in: the handle's own device optimizer, Adam, AdamW or SGD with momentum, steps).
+//! The finiteness flag, the scale and its counters stay on the device, the update is kept or
+//! discarded there, and nothing is read between backward and the optimizer. The decisions,
+//! scales and counters are the host-read path's; the host learns them at a read (every
+//! `sync_every` steps, or when the handle is asked), and until then a step's metrics item
+//! shows the scaler as of the last read. Checkpoints save the handle's
+//! [`device_optimizer_record`](ScalerHandle::device_optimizer_record) beside its snapshot.
+//! Not on this path: gradient clipping, the skip-cause probe and parameter groups with rates
+//! of their own; take the host-read path (any Burn optimizer) for them.
+//!
 //! **Learning-rate schedule on a skipped step:** burn-train advances its scheduler once per
 //! iteration, before the optimizer step, so a skipped step still consumes one step of the
 //! schedule (as a PyTorch loop calling `scheduler.step()` every iteration does).
@@ -31,11 +43,13 @@
 //! device, each holding a clone of the model and so of the one [`ScalerHandle`]: every
 //! worker would update it once per step. Use `MultiDevice` with loss scaling.
 
+mod device;
 mod handle;
 mod metrics;
 mod record;
 mod step;
 
+pub use device::DevicePathOptimizer;
 pub use handle::ScalerHandle;
 pub use metrics::{LossScaleMetric, SkipCauseMetric, SkippedStepsMetric};
 pub use record::{ScaleRecord, ScaledOutput};

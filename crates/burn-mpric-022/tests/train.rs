@@ -19,11 +19,11 @@ use burn::train::{
     SupervisedTraining, TrainingStrategy,
 };
 use burn_mpric_022::{
-    LossScaleMetric, LossScaler, LossStep, Scaled, ScalerHandle, SkipCauseMetric,
-    SkippedStepsMetric, autocast, cast_for_compute, cast_for_output,
+    DevicePathOptimizer, LossScaleMetric, LossScaler, LossStep, Scaled, ScalerHandle,
+    SkipCauseMetric, SkippedStepsMetric, autocast, cast_for_compute, cast_for_output,
 };
 use burn_mpric_core::ResolvedPolicy;
-use burn_mpric_core::scale::{LossScalePreset, SkipCause};
+use burn_mpric_core::scale::{DeviceAdamConfig, LossScalePreset, SkipCause, StepOutcome};
 use common::{dtypes, flex, param_bits, values};
 
 #[derive(Module, Debug)]
@@ -399,4 +399,183 @@ fn learners_across_processes_take_one_decision_on_the_summed_gradients() {
     let alone = train(initial, 0, None);
     assert!(alone.0.is_empty());
     assert_ne!(alone.2, results[0].2, "the gradients were not summed");
+}
+
+/// A batch whose features above 0.9 are +inf: its step is skipped.
+fn poisoned(seed: u64, device: &Device) -> (Tensor<2>, Tensor<1, Int>) {
+    let (x, y) = batch(seed, 32, device);
+    let mask = x.clone().greater_elem(0.9);
+    (x.mask_fill(mask, f32::INFINITY), y)
+}
+
+/// A `Learner` over `model` whose handle is on the device path with Adam, and the handle.
+fn device_learner(
+    model: Classifier,
+    policy: &ResolvedPolicy,
+) -> (Learner<Scaled<Classifier>>, ScalerHandle) {
+    let handle = ScalerHandle::new(LossScaler::for_policy(LossScalePreset::Auto, policy).unwrap());
+    let optim = handle
+        .device_optimizer(DeviceAdamConfig::new(), &flex(), 0)
+        .unwrap();
+    let learner = Learner::new(Scaled::new(model, handle.clone()), optim, 1e-2);
+    (learner, handle)
+}
+
+/// The `Learner`'s step functions on the device path and on the host-read path, over the same
+/// batches: the same decisions, learned at the read; a skipped step leaves the parameters as
+/// they were; Adam's updates agree with Burn's to rounding.
+#[test]
+fn the_learner_on_the_device_path_takes_the_host_paths_decisions_later() {
+    let device = flex();
+    let policy: ResolvedPolicy = "mixed_f16".parse().unwrap();
+    let initial = Classifier::new(policy, &device);
+    common::init_params(&initial);
+    let host_handle =
+        ScalerHandle::new(LossScaler::for_policy(LossScalePreset::Auto, &policy).unwrap());
+    let mut host = Learner::new(
+        Scaled::new(initial.clone(), host_handle.clone()),
+        AdamConfig::new().init(),
+        1e-2,
+    );
+    let (mut on_device, handle) = device_learner(initial, &policy);
+    assert!(handle.is_on_device());
+
+    let mut items = Vec::new();
+    let mut host_records = Vec::new();
+    for step in 0..6u64 {
+        let item = || match step {
+            3 => poisoned(step, &device),
+            _ => batch(step, 32, &device),
+        };
+        host.lr_step();
+        let output = host.train_step(item());
+        host.optimizer_step(output.grads);
+        host_records.push(output.item.sync().unwrap().record());
+
+        let before = param_bits(&on_device.model());
+        on_device.lr_step();
+        let output = on_device.train_step(item());
+        on_device.optimizer_step(output.grads);
+        if step == 3 {
+            assert_eq!(
+                param_bits(&on_device.model()),
+                before,
+                "skipped on the device"
+            );
+        }
+        items.push(output.item);
+    }
+    // An item synced before the read shows the scaler as of the last read, undecided.
+    let early = items.remove(0).sync().unwrap().record();
+    assert!(early.outcome.is_none());
+    assert_eq!(early.scale_used, 32768.0);
+
+    let outcomes = handle.sync().unwrap();
+    assert_eq!(outcomes.len(), 6, "one read for the six steps");
+    assert!(handle.sync().unwrap().is_empty());
+    let decided = |o: &StepOutcome| (o.action, o.scale_used, o.next_scale, o.stats);
+    for (outcome, record) in outcomes.iter().zip(&host_records) {
+        assert_eq!(decided(outcome), decided(record.outcome.as_ref().unwrap()));
+    }
+    assert!(outcomes[3].is_skipped() && outcomes[3].next_scale == 16384.0);
+    // The items synced after the read carry their own step's outcome.
+    for (item, record) in items.into_iter().zip(&host_records[1..]) {
+        let own = item.sync().unwrap().record();
+        assert_eq!(own.scale_used, record.scale_used);
+        assert_eq!(
+            decided(own.outcome.as_ref().unwrap()),
+            decided(record.outcome.as_ref().unwrap())
+        );
+    }
+    assert_eq!(handle.snapshot(), host_handle.snapshot());
+    for (x, y) in param_bits(&on_device.model())
+        .iter()
+        .zip(param_bits(&host.model()))
+    {
+        for (u, v) in x.iter().zip(&y) {
+            let (u, v) = (f32::from_bits(*u), f32::from_bits(*v));
+            assert!((u - v).abs() <= 1e-5 * (1.0 + v.abs()), "{u} vs {v}");
+        }
+    }
+}
+
+/// A device-path run saved after three steps (the scaler's snapshot and the device
+/// optimizer's record) and resumed by a fresh `Learner` and handle equals the uninterrupted
+/// run bit for bit.
+#[test]
+fn a_device_path_learner_resumed_from_its_records_equals_the_uninterrupted_run() {
+    let device = flex();
+    let policy: ResolvedPolicy = "mixed_f16".parse().unwrap();
+    let initial = Classifier::new(policy, &device);
+    common::init_params(&initial);
+    let item = |step: u64| match step {
+        1 | 4 => poisoned(step, &device),
+        _ => batch(step, 32, &device),
+    };
+    let steps = |learner: &mut Learner<Scaled<Classifier>>, range: std::ops::Range<u64>| {
+        for step in range {
+            learner.lr_step();
+            let output = learner.train_step(item(step));
+            learner.optimizer_step(output.grads);
+        }
+    };
+    let (mut whole, whole_handle) = device_learner(initial.clone(), &policy);
+    steps(&mut whole, 0..6);
+
+    let (mut first, first_handle) = device_learner(initial, &policy);
+    steps(&mut first, 0..3);
+    let (scaler, record) = (
+        first_handle.snapshot(),
+        first_handle.device_optimizer_record().unwrap(),
+    );
+    assert_eq!(scaler.stats().skipped, 1);
+    let (mut resumed, resumed_handle) = device_learner(first.model().into_inner(), &policy);
+    resumed_handle.restore(scaler);
+    resumed_handle.load_device_optimizer_record(record).unwrap();
+    steps(&mut resumed, 3..6);
+
+    assert_eq!(resumed_handle.snapshot(), whole_handle.snapshot());
+    assert_eq!(resumed_handle.stats().skipped, 2);
+    assert_eq!(param_bits(&resumed.model()), param_bits(&whole.model()));
+}
+
+/// burn-train's `MultiDevice` strategy (sharded) on the device path: one decision per step
+/// from both shards.
+#[test]
+fn multi_device_sharded_training_runs_on_the_device_path() {
+    let device = flex();
+    let policy: ResolvedPolicy = "mixed_f16".parse().unwrap();
+    let (learner, handle) = device_learner(Classifier::new(policy, &device), &policy);
+    let (train, valid) = pair_loaders();
+    let dir = std::env::temp_dir().join(format!("mpric022-multi-device-{}", std::process::id()));
+    let strategy = ExecutionStrategy::MultiDevice(
+        vec![Device::flex(), Device::flex()],
+        MultiDeviceOptim::OptimSharded,
+    );
+    let result = SupervisedTraining::new(&dir, train, valid)
+        .with_training_strategy(TrainingStrategy::Default(strategy))
+        .metric_train_numeric(LossScaleMetric::new())
+        .num_epochs(2)
+        .launch(learner);
+    let stats = handle.stats();
+    assert_eq!((stats.steps, stats.skipped), (4, 0), "{stats:?}");
+    let model = result.model.into_inner();
+    assert!(
+        dtypes(&model)
+            .iter()
+            .all(|(stored, _)| *stored == DType::F32)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+#[should_panic(expected = "whose handle is not on the device path")]
+fn the_device_path_stand_in_refuses_a_host_path_model() {
+    let device = flex();
+    let policy: ResolvedPolicy = "mixed_f16".parse().unwrap();
+    let handle = ScalerHandle::new(LossScaler::for_policy(LossScalePreset::Auto, &policy).unwrap());
+    let model = Scaled::new(Classifier::new(policy, &device), handle);
+    let mut learner = Learner::new(model, DevicePathOptimizer.into(), 1e-2);
+    let output = learner.train_step(batch(0, 32, &device));
+    learner.optimizer_step(output.grads);
 }

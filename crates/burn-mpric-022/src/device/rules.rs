@@ -8,7 +8,7 @@
 
 use burn::tensor::{Bool, Device, FloatDType, Tensor};
 use burn_mpric_core::optim::StateSlots;
-use burn_mpric_core::scale::{DeviceAdamConfig, DeviceAdamWConfig, DeviceSgdConfig};
+use burn_mpric_core::scale::{AnyDeviceRule, DeviceAdamConfig, DeviceAdamWConfig, DeviceSgdConfig};
 
 use super::scale::f32_value;
 
@@ -330,5 +330,42 @@ impl DeviceRule for DeviceSgdConfig {
             velocity.clone()
         };
         (param.sub(step.mul(c[0].clone())), vec![velocity])
+    }
+}
+
+/// Calls `$body` with the rule an [`AnyDeviceRule`] holds.
+macro_rules! with_rule {
+    ($any:expr, |$rule:ident| $body:expr) => {
+        match $any {
+            AnyDeviceRule::Adam($rule) => $body,
+            AnyDeviceRule::AdamW($rule) => $body,
+            AnyDeviceRule::Sgd($rule) => $body,
+        }
+    };
+}
+
+impl DeviceRule for AnyDeviceRule {
+    fn init_state(&self, len: usize, device: &Device) -> Vec<Tensor<1>> {
+        with_rule!(self, |rule| rule.init_state(len, device))
+    }
+
+    fn coefficients(
+        &self,
+        lr: f64,
+        scalars: &[Tensor<1>],
+        applied: Option<&Tensor<1, Bool>>,
+        device: &Device,
+    ) -> (Vec<Tensor<1>>, Vec<Tensor<1>>) {
+        with_rule!(self, |rule| rule.coefficients(lr, scalars, applied, device))
+    }
+
+    fn apply(
+        &self,
+        coefficients: &[Tensor<1>],
+        param: Tensor<1>,
+        grad: Tensor<1>,
+        slots: Vec<Tensor<1>>,
+    ) -> (Tensor<1>, Vec<Tensor<1>>) {
+        with_rule!(self, |rule| rule.apply(coefficients, param, grad, slots))
     }
 }

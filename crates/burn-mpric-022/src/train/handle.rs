@@ -2,14 +2,20 @@
 //! decision.
 
 use std::any::Any;
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use burn::tensor::Tensor;
-use burn_mpric_core::scale::{ScalerStats, StepOutcome};
+use burn::module::Module;
+use burn::optim::{GradientsParams, ModuleOptimizer, MultiGradientsParams};
+use burn::tensor::{Device, Tensor};
+use burn_mpric_core::scale::{AnyDeviceRule, ScalerStats, StepOutcome};
 
+use super::device::{DevicePathOptimizer, OnDevice};
 use super::record::StepSlot;
-use crate::{DataParallel, LossScaler, StepError};
+use crate::{
+    DataParallel, DeviceLossScaler, DeviceOptimizer, DeviceOptimizerRecord, LossScaler, StepError,
+};
 
 /// A [`LossScaler`] shared between the training steps and the optimizer steps (burn-train
 /// clones the model, one clone per device, and every clone sees the same scaler).
@@ -42,6 +48,9 @@ struct Shared {
     parallel: Option<DataParallel>,
     /// Copies of the pending steps' batches, for the probe of a skipped step.
     probe: ProbeInputs,
+    /// The device path, once [`ScalerHandle::device_optimizer`] put the handle on it: the
+    /// scaler's state lives there, and `scaler` is the host's copy as of the last read.
+    device: Option<OnDevice>,
 }
 
 /// The batches of the steps since the last optimizer step, kept for the probe of a skipped
@@ -72,6 +81,7 @@ impl ScalerHandle {
             last_error: None,
             parallel: None,
             probe: ProbeInputs::default(),
+            device: None,
         })))
     }
 
@@ -121,6 +131,7 @@ impl ScalerHandle {
     }
 
     /// The current scale: the one the next step's loss will be multiplied by.
+    /// On the device path, the pending steps are read first ([`sync`](Self::sync)).
     ///
     /// # Example
     ///
@@ -128,10 +139,11 @@ impl ScalerHandle {
     /// assert_eq!(burn_mpric_022::ScalerHandle::default().scale(), 1.0);
     /// ```
     pub fn scale(&self) -> f32 {
-        self.lock().scaler.scale()
+        self.settled().scaler.scale()
     }
 
     /// The scaler's counters (steps, skipped steps).
+    /// On the device path, the pending steps are read first ([`sync`](Self::sync)).
     ///
     /// # Example
     ///
@@ -139,10 +151,11 @@ impl ScalerHandle {
     /// assert_eq!(burn_mpric_022::ScalerHandle::default().stats().skipped, 0);
     /// ```
     pub fn stats(&self) -> ScalerStats {
-        self.lock().scaler.stats()
+        self.settled().scaler.stats()
     }
 
     /// A copy of the scaler, to checkpoint it.
+    /// On the device path, the pending steps are read first ([`sync`](Self::sync)).
     ///
     /// # Example
     ///
@@ -153,11 +166,13 @@ impl ScalerHandle {
     /// assert_eq!(handle.snapshot(), LossScaler::fixed(4.0).unwrap());
     /// ```
     pub fn snapshot(&self) -> LossScaler {
-        self.lock().scaler
+        self.settled().scaler
     }
 
     /// Replaces the shared scaler (a resumed run puts its saved state back); every clone of
-    /// the handle sees it.
+    /// the handle sees it. On the device path the device's state starts over from it; a
+    /// scaler that path cannot take (one that clips gradients, say) leaves the state as it was
+    /// and is reported by [`last_error`](Self::last_error).
     ///
     /// # Example
     ///
@@ -169,7 +184,22 @@ impl ScalerHandle {
     /// assert_eq!(handle.scale(), 512.0);
     /// ```
     pub fn restore(&self, scaler: LossScaler) {
-        self.lock().scaler = scaler;
+        let mut shared = self.lock();
+        if let Some(device) = shared.device.as_mut() {
+            let on = device.scaler.device_scale().scale().device();
+            match DeviceLossScaler::new(scaler, &on) {
+                Ok(restarted) => {
+                    device.scaler = restarted.with_sync_every(device.scaler.sync_every());
+                    device.awaiting.clear();
+                    device.stopped = None;
+                }
+                Err(err) => {
+                    shared.last_error = Some(format!("{err}: the loss scaler keeps its state"));
+                    return;
+                }
+            }
+        }
+        shared.scaler = scaler;
     }
 
     /// The error of the last optimizer step that could not run (a failed device read), if
@@ -186,12 +216,229 @@ impl ScalerHandle {
     }
 
     /// Scales `loss` with the current scale and opens the slot the step's optimizer decision
-    /// will fill.
+    /// will fill. On the device path the slot starts with the scaler as of the last read (the
+    /// loss is multiplied by the device's scale), and its step's outcome fills it at a read.
     pub(crate) fn scale_loss<const D: usize>(&self, loss: Tensor<D>) -> (Tensor<D>, StepSlot) {
         let mut shared = self.lock();
         let slot = StepSlot::new(shared.scaler.scale(), shared.scaler.stats().skipped);
         shared.pending.push(slot.clone());
-        (shared.scaler.scale_loss(loss), slot)
+        let scaled = match &shared.device {
+            Some(device) => device.scaler.scale_loss(loss),
+            None => shared.scaler.scale_loss(loss),
+        };
+        (scaled, slot)
+    }
+
+    /// Puts every model sharing this handle on the device path and returns the optimizer to
+    /// hand burn-train's `Learner` (a [`DevicePathOptimizer`], which the `Learner` only holds):
+    /// the handle's own [`DeviceOptimizer`] with `rule` (`DeviceAdamConfig`,
+    /// `DeviceAdamWConfig`, `DeviceSgdConfig`) steps instead, the skip is decided on the
+    /// device, the scale and its counters live there (moved to `device`), and nothing is read
+    /// between backward and the update. The learning rate is the `Learner`'s, its scheduler's
+    /// base rate (one rate for every parameter).
+    ///
+    /// The host learns the steps later, all pending ones in one read: every `sync_every`
+    /// steps, one step behind (`0`: only when asked, and once
+    /// [`MAX_PENDING_STEPS`](burn_mpric_core::scale::MAX_PENDING_STEPS) are pending), and
+    /// whenever the handle is asked ([`sync`](Self::sync), [`scale`](Self::scale),
+    /// [`stats`](Self::stats), [`snapshot`](Self::snapshot)). Until then a step's metrics
+    /// item shows the scaler as of the last read, undecided; a stall
+    /// (`max_consecutive_skips`) stops the run at the step after the read that finds it.
+    /// Checkpoints: save [`snapshot`](Self::snapshot) and
+    /// [`device_optimizer_record`](Self::device_optimizer_record) with the `Learner`'s, and
+    /// put them back with [`restore`](Self::restore) and
+    /// [`load_device_optimizer_record`](Self::load_device_optimizer_record). Not on this path:
+    /// gradient clipping, the skip-cause probe, parameter groups with their own rates.
+    ///
+    /// Fails with [`StepError::NotOnDevice`] when the scaler clips gradients or its growth or
+    /// backoff factor is not exact in f32, or when the handle is on the device path already.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::tensor::Device;
+    /// use burn_mpric_022::{LossScaler, ScalerHandle};
+    /// use burn_mpric_core::scale::DeviceAdamConfig;
+    ///
+    /// let handle = ScalerHandle::new(LossScaler::default());
+    /// let optim = handle.device_optimizer(DeviceAdamConfig::new(), &Device::flex(), 10).unwrap();
+    /// assert!(handle.is_on_device());
+    /// // One device optimizer per handle.
+    /// assert!(handle.device_optimizer(DeviceAdamConfig::new(), &Device::flex(), 10).is_err());
+    /// # drop(optim);
+    /// ```
+    pub fn device_optimizer(
+        &self,
+        rule: impl Into<AnyDeviceRule>,
+        device: &Device,
+        sync_every: usize,
+    ) -> Result<ModuleOptimizer, StepError> {
+        let mut shared = self.lock();
+        if shared.device.is_some() {
+            return Err(StepError::NotOnDevice(
+                "this ScalerHandle is on the device path already: one device optimizer per handle"
+                    .into(),
+            ));
+        }
+        let scaler = DeviceLossScaler::new(shared.scaler, device)?.with_sync_every(sync_every);
+        shared.device = Some(OnDevice {
+            scaler,
+            optim: DeviceOptimizer::new(rule.into()),
+            awaiting: VecDeque::new(),
+            stopped: None,
+        });
+        Ok(DevicePathOptimizer.into())
+    }
+
+    /// Whether the handle's models step on the device path
+    /// ([`device_optimizer`](Self::device_optimizer)).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// assert!(!burn_mpric_022::ScalerHandle::default().is_on_device());
+    /// ```
+    pub fn is_on_device(&self) -> bool {
+        self.lock().device.is_some()
+    }
+
+    /// On the device path, reads every step the host has not learned yet (one read) and
+    /// returns their outcomes in order; each step's metrics item not synced yet gets its own.
+    /// On the host path there is nothing to read: `Ok` and no outcome.
+    ///
+    /// Fails as [`DeviceLossScaler::sync`] does: with [`StepError::Stalled`] when a step
+    /// reached `max_consecutive_skips` skips in a row (the next step then stops the run), or
+    /// with a read error (the steps stay pending).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// assert!(burn_mpric_022::ScalerHandle::default().sync().unwrap().is_empty());
+    /// ```
+    pub fn sync(&self) -> Result<Vec<StepOutcome>, StepError> {
+        Self::read_device(&mut self.lock())
+    }
+
+    /// The device optimizer's state (each parameter's state tensors, at f32), for a
+    /// checkpoint; `None` on the host path.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::tensor::Device;
+    /// use burn_mpric_022::{LossScaler, ScalerHandle};
+    /// use burn_mpric_core::scale::DeviceSgdConfig;
+    ///
+    /// let handle = ScalerHandle::new(LossScaler::default());
+    /// assert!(handle.device_optimizer_record().is_none());
+    /// handle.device_optimizer(DeviceSgdConfig::new(), &Device::flex(), 0).unwrap();
+    /// assert!(handle.device_optimizer_record().unwrap().is_empty()); // no step yet
+    /// ```
+    pub fn device_optimizer_record(&self) -> Option<DeviceOptimizerRecord> {
+        self.lock()
+            .device
+            .as_ref()
+            .map(|device| device.optim.to_record())
+    }
+
+    /// Puts a saved [`device_optimizer_record`](Self::device_optimizer_record) back into the
+    /// device optimizer. Fails with [`StepError::NotOnDevice`] on the host path.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_022::ScalerHandle;
+    ///
+    /// let handle = ScalerHandle::default();
+    /// assert!(handle.load_device_optimizer_record(Default::default()).is_err());
+    /// ```
+    pub fn load_device_optimizer_record(
+        &self,
+        record: DeviceOptimizerRecord,
+    ) -> Result<(), StepError> {
+        let mut shared = self.lock();
+        let Some(device) = shared.device.as_mut() else {
+            return Err(StepError::NotOnDevice(
+                "this ScalerHandle is not on the device path: it has no device optimizer".into(),
+            ));
+        };
+        let rule = *device.optim.rule();
+        let optim = std::mem::replace(&mut device.optim, DeviceOptimizer::new(rule));
+        device.optim = optim.load_record(record);
+        Ok(())
+    }
+
+    /// The shared state after a read of the device path's pending steps (an error is kept
+    /// for [`last_error`](Self::last_error), a stall for the next step).
+    fn settled(&self) -> MutexGuard<'_, Shared> {
+        let mut shared = self.lock();
+        if let Err(err) = Self::read_device(&mut shared) {
+            shared.last_error = Some(err.to_string());
+        }
+        shared
+    }
+
+    fn read_device(shared: &mut Shared) -> Result<Vec<StepOutcome>, StepError> {
+        let Some(device) = shared.device.as_mut() else {
+            return Ok(Vec::new());
+        };
+        let read = device.scaler.sync();
+        device.learn(&read);
+        shared.scaler = *device.scaler.host();
+        read
+    }
+
+    /// One optimizer step on the device path: `grads` summed with the other processes' when the handle runs across processes, then
+    /// unscaled, decided and applied on the device, the training steps since the last
+    /// optimizer step handed to its outcome for when the host reads it. Panics where
+    /// burn-train's `TrainStep` cannot return an error: a lost process, a stall found by a
+    /// read.
+    pub(crate) fn device_step<M: Module>(&self, lr: f64, module: M, grads: DeviceGrads) -> M {
+        let mut guard = self.lock();
+        let shared = &mut *guard;
+        let Some(device) = shared.device.as_mut() else {
+            drop(guard);
+            panic!("a device-path step on a ScalerHandle that is not on the device path");
+        };
+        if let Some(stop) = device.stopped.take() {
+            drop(guard);
+            panic!("the run stopped: {stop}");
+        }
+        let grads = match (grads, shared.parallel.as_mut()) {
+            (grads, None) => Ok(grads),
+            (DeviceGrads::One(g), Some(p)) => p.sum_grads(&module, g).map(DeviceGrads::One),
+            (DeviceGrads::Multi(g), Some(p)) => {
+                p.sum_multi_grads(&module, g).map(DeviceGrads::Multi)
+            }
+        };
+        let grads = match grads {
+            Ok(grads) => grads,
+            Err(lost) => {
+                drop(guard);
+                panic!("the run across processes stopped: {lost}")
+            }
+        };
+        let slots = std::mem::take(&mut shared.pending);
+        device.awaiting.push_back(slots);
+        let optim = &mut device.optim;
+        let (module, read) = match grads {
+            DeviceGrads::One(g) => device.scaler.step::<M, _, 1>(optim, lr, module, g, None),
+            DeviceGrads::Multi(g) => device
+                .scaler
+                .step_multi::<M, _, 1>(optim, lr, module, g, None),
+        };
+        device.learn(&read);
+        shared.scaler = *device.scaler.host();
+        match read {
+            Err(StepError::Stalled { .. }) => {
+                let stop = device.stopped.take().unwrap_or_default();
+                drop(guard);
+                panic!("the run stopped: {stop}")
+            }
+            Err(err) => shared.last_error = Some(err.to_string()),
+            Ok(_) => {}
+        }
+        module
     }
 
     /// Runs one optimizer step with the scaler, then hands its outcome to every step that
@@ -246,4 +493,12 @@ impl Default for ScalerHandle {
     fn default() -> Self {
         Self::new(LossScaler::noop())
     }
+}
+
+/// The gradients of one device-path optimizer step, as burn-train hands them.
+pub(crate) enum DeviceGrads {
+    /// One device, or summed on the main one.
+    One(GradientsParams),
+    /// One shard per device.
+    Multi(MultiGradientsParams),
 }

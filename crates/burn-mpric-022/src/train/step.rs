@@ -7,6 +7,7 @@ use burn::optim::{GradientsParams, ModuleOptimizer, MultiGradientsParams};
 use burn::tensor::Tensor;
 use burn::train::{InferenceStep, ItemLazy, TrainOutput, TrainStep};
 
+use super::handle::DeviceGrads;
 use super::{ScaledOutput, ScalerHandle};
 
 /// The forward half of a training step: the (unscaled) loss and the item burn-train's metrics
@@ -114,6 +115,10 @@ impl<M: Module + ModuleDisplay + LossStep> TrainStep for Scaled<M> {
         grads: GradientsParams,
     ) -> Self {
         let handle = self.scaler.clone();
+        if handle.is_on_device() {
+            let lr = device_lr(optim, &lr_module);
+            return handle.device_step(lr, self, DeviceGrads::One(grads));
+        }
         handle.optimizer_step(|scaler, parallel, mut kept| {
             let alone = parallel.is_none();
             let grads = match parallel {
@@ -151,6 +156,10 @@ impl<M: Module + ModuleDisplay + LossStep> TrainStep for Scaled<M> {
         grads: MultiGradientsParams,
     ) -> Self {
         let handle = self.scaler.clone();
+        if handle.is_on_device() {
+            let lr = device_lr(optim, &lr_module);
+            return handle.device_step(lr, self, DeviceGrads::Multi(grads));
+        }
         handle.optimizer_step(|scaler, parallel, _kept| {
             let grads = match parallel {
                 None => grads,
@@ -162,6 +171,18 @@ impl<M: Module + ModuleDisplay + LossStep> TrainStep for Scaled<M> {
             scaler.step_multi(optim, lr_module, self, grads)
         })
     }
+}
+
+/// The device path's learning rate: the scheduler's base rate. Panics where burn-train's
+/// `TrainStep` cannot return an error: the `Learner`'s optimizer clips gradients, which the
+/// device path cannot (the norm would be read on the host).
+fn device_lr(optim: &ModuleOptimizer, lr_module: &ModuleLearningRate) -> f64 {
+    assert!(
+        !optim.has_gradient_clipping(),
+        "gradient clipping is not on the device path: the Learner's optimizer clips, and the \
+         model's ScalerHandle is on the device path"
+    );
+    lr_module.base()
 }
 
 impl<M: Module + ModuleDisplay + InferenceStep> InferenceStep for Scaled<M> {

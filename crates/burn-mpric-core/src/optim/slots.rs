@@ -2,7 +2,7 @@
 //! another dtype without touching the scalars beside it (Adam's betas' powers stand for its
 //! step count and stay at f32).
 
-use crate::scale::{DeviceAdamConfig, DeviceAdamWConfig, DeviceSgdConfig};
+use crate::scale::{AnyDeviceRule, DeviceAdamConfig, DeviceAdamWConfig, DeviceSgdConfig};
 
 /// An update rule's name and the number of its leading state tensors that hold one value per
 /// parameter element (the rest are scalars kept at f32).
@@ -56,5 +56,23 @@ impl StateSlots for DeviceSgdConfig {
 
     fn elementwise_slots(&self) -> usize {
         usize::from(self.momentum.is_some())
+    }
+}
+
+impl StateSlots for AnyDeviceRule {
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Adam(rule) => rule.name(),
+            Self::AdamW(rule) => rule.name(),
+            Self::Sgd(rule) => rule.name(),
+        }
+    }
+
+    fn elementwise_slots(&self) -> usize {
+        match self {
+            Self::Adam(rule) => rule.elementwise_slots(),
+            Self::AdamW(rule) => rule.elementwise_slots(),
+            Self::Sgd(rule) => rule.elementwise_slots(),
+        }
     }
 }

@@ -254,3 +254,40 @@ impl Default for DeviceSgdConfig {
         Self::new()
     }
 }
+
+/// One of the device path's update rules, for a holder that cannot be generic over the rule
+/// (burn-train 0.22's `Learner` hands every model the same optimizer type).
+///
+/// ```
+/// use burn_mpric_core::scale::{AnyDeviceRule, DeviceAdamConfig};
+///
+/// let rule = AnyDeviceRule::from(DeviceAdamConfig::new());
+/// assert_eq!(rule, AnyDeviceRule::Adam(DeviceAdamConfig::new()));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum AnyDeviceRule {
+    /// Adam.
+    Adam(DeviceAdamConfig),
+    /// AdamW.
+    AdamW(DeviceAdamWConfig),
+    /// SGD, with or without momentum.
+    Sgd(DeviceSgdConfig),
+}
+
+impl From<DeviceAdamConfig> for AnyDeviceRule {
+    fn from(rule: DeviceAdamConfig) -> Self {
+        Self::Adam(rule)
+    }
+}
+
+impl From<DeviceAdamWConfig> for AnyDeviceRule {
+    fn from(rule: DeviceAdamWConfig) -> Self {
+        Self::AdamW(rule)
+    }
+}
+
+impl From<DeviceSgdConfig> for AnyDeviceRule {
+    fn from(rule: DeviceSgdConfig) -> Self {
+        Self::Sgd(rule)
+    }
+}

@@ -43,7 +43,7 @@ pub use cause::{PROBE_SHIFT, Probe, ProbeRead, SkipCause};
 pub use clip::ClipNorm;
 pub use config::{LossScaleConfig, UpdateRule};
 pub use device::{DeviceScaleRule, DeviceScaleState, DeviceStepRead, MAX_PENDING_STEPS};
-pub use device_optim::{DeviceAdamConfig, DeviceAdamWConfig, DeviceSgdConfig};
+pub use device_optim::{AnyDeviceRule, DeviceAdamConfig, DeviceAdamWConfig, DeviceSgdConfig};
 pub use dynamic::DynamicLossScale;
 pub use invalid::LossScaleError;
 pub use limits::{DEFAULT_MAX_CONSECUTIVE_SKIPS, MIN_SCALE};
