@@ -9,7 +9,7 @@
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Tensor};
 use burn_mpric_core::optim::StateSlots;
-use burn_mpric_core::scale::{DeviceAdamConfig, DeviceAdamWConfig, DeviceSgdConfig};
+use burn_mpric_core::scale::{AnyDeviceRule, DeviceAdamConfig, DeviceAdamWConfig, DeviceSgdConfig};
 
 use super::scale::f32_value;
 
@@ -340,5 +340,42 @@ impl DeviceRule for DeviceSgdConfig {
             velocity.clone()
         };
         (param.sub(step.mul(c[0].clone())), vec![velocity])
+    }
+}
+
+/// Calls `$body` with the rule an [`AnyDeviceRule`] holds.
+macro_rules! with_rule {
+    ($any:expr, |$rule:ident| $body:expr) => {
+        match $any {
+            AnyDeviceRule::Adam($rule) => $body,
+            AnyDeviceRule::AdamW($rule) => $body,
+            AnyDeviceRule::Sgd($rule) => $body,
+        }
+    };
+}
+
+impl DeviceRule for AnyDeviceRule {
+    fn init_state<B: Backend>(&self, len: usize, device: &B::Device) -> Vec<Tensor<B, 1>> {
+        with_rule!(self, |rule| rule.init_state::<B>(len, device))
+    }
+
+    fn coefficients<B: Backend>(
+        &self,
+        lr: f64,
+        scalars: &[Tensor<B, 1>],
+        applied: Option<&Tensor<B, 1, Bool>>,
+        device: &B::Device,
+    ) -> (Vec<Tensor<B, 1>>, Vec<Tensor<B, 1>>) {
+        with_rule!(self, |rule| rule.coefficients(lr, scalars, applied, device))
+    }
+
+    fn apply<B: Backend>(
+        &self,
+        coefficients: &[Tensor<B, 1>],
+        param: Tensor<B, 1>,
+        grad: Tensor<B, 1>,
+        slots: Vec<Tensor<B, 1>>,
+    ) -> (Tensor<B, 1>, Vec<Tensor<B, 1>>) {
+        with_rule!(self, |rule| rule.apply(coefficients, param, grad, slots))
     }
 }

@@ -215,8 +215,10 @@ pub fn same_layout(
 }
 
 /// Checks that every tensor of an optimizer record is state of a parameter of `model` (its
-/// path starts with that parameter's id) with the parameter's shape, or a one-element scalar
-/// of that state (the low-precision optimizer keeps Adam's step count as the betas' powers).
+/// path starts with that parameter's id) with the parameter's shape, or flat with its number
+/// of elements (the device path's optimizer, `sync_every`), or a one-element scalar of that
+/// state (the low-precision and device-path optimizers keep Adam's step count as the betas'
+/// powers).
 ///
 /// ```
 /// use burn_mpric_train::checkpoint::manifest::optimizer_fits;
@@ -228,6 +230,8 @@ pub fn same_layout(
 /// let model = [t("w", Some("p1"), vec![4, 8])];
 /// assert!(optimizer_fits(&[t("p1.Rank2.moment_1", None, vec![4, 8])], &model).is_ok());
 /// assert!(optimizer_fits(&[t("p1.V1.Rank2.scalars.0", None, vec![1])], &model).is_ok());
+/// assert!(optimizer_fits(&[t("p1.0", None, vec![32])], &model).is_ok());
+/// assert!(optimizer_fits(&[t("p1.0", None, vec![31])], &model).is_err());
 /// assert!(optimizer_fits(&[t("p1.Rank2.moment_1", None, vec![8, 4])], &model).is_err());
 /// let err = optimizer_fits(&[t("p9.Rank2.moment_1", None, vec![4, 8])], &model).unwrap_err();
 /// assert!(err.contains("parameter p9, which the model does not have"), "{err}");
@@ -240,7 +244,8 @@ pub fn optimizer_fits(optimizer: &[RecordTensor], model: &[RecordTensor]) -> Res
                 "optimizer.mpk: holds state for parameter {id}, which the model does not have (an optimizer record of another run?)"
             ));
         };
-        if state.shape != param.shape && state.shape != [1] {
+        let flat = [param.shape.iter().product::<u64>()];
+        if state.shape != param.shape && state.shape != flat && state.shape != [1] {
             return Err(format!(
                 "optimizer.mpk: state `{}` is {:?} but its parameter `{}` is {:?}",
                 state.path, state.shape, param.path, param.shape

@@ -58,6 +58,10 @@ fn field_help(path: &str) -> Option<Help> {
             "checkpoint_every = 100",
         ),
         "clip_grad_norm" => help("a number above 0", "clip_grad_norm = 1.0"),
+        "sync_every" => help(
+            format!("{WHOLE_ABOVE_0} (steps between reads of the device-decided steps)"),
+            "sync_every = 10",
+        ),
         "max_consecutive_skips" => help(WHOLE_ABOVE_0, "max_consecutive_skips = 50"),
         "strategy" => help(one_of(&["multi_device", "ddp"]), "strategy = \"ddp\""),
         "policy" => help(

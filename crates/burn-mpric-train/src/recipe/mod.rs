@@ -100,6 +100,13 @@ pub struct Recipe {
     /// Clip the gradients to this global L2 norm (after unscaling).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clip_grad_norm: Option<f32>,
+    /// Decide each step's skip on the device and read the steps on the host every this many
+    /// steps (and at each checkpoint), instead of once per step between backward and the
+    /// optimizer: the loss scaler's device path. The metrics rows, the progress line, the
+    /// skip lines and the divergence stop come at the reads. Not with `clip_grad_norm`,
+    /// `strategy = "ddp"` or an `[optimizer]` state or master weights below f32.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_every: Option<u64>,
     /// Stop the run (exit code 3) after this many skipped steps in a row (default
     /// [`DEFAULT_MAX_CONSECUTIVE_SKIPS`]), like optax's `max_consecutive_errors`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -704,6 +711,37 @@ impl Recipe {
             ));
         }
         self.loss_scale.validate()?;
+        self.validate_sync_every()?;
+        Ok(())
+    }
+
+    /// `sync_every`: a positive count, and only where the device path can take the step.
+    fn validate_sync_every(&self) -> Result<(), RecipeError> {
+        let Some(every) = self.sync_every else {
+            return Ok(());
+        };
+        let refuse = |why: &str| Err(RecipeError::new("sync_every", why.to_string()));
+        if every == 0 {
+            return refuse("must be > 0, got 0 (leave it out to read every step on the host)");
+        }
+        if self.clip_grad_norm.is_some() {
+            return refuse(
+                "the device path cannot clip gradients (the global norm would be read on the \
+                 host every step); remove clip_grad_norm or sync_every",
+            );
+        }
+        if self.strategy == Some(Strategy::Ddp) {
+            return refuse(
+                "strategy \"ddp\" steps on the host; use multi_device (or processes, --world) with \
+                 sync_every",
+            );
+        }
+        if !self.optimizer.precision().is_f32() {
+            return refuse(
+                "the device path keeps the optimizer state and parameters at f32; remove \
+                 state/master under [optimizer] or sync_every",
+            );
+        }
         Ok(())
     }
 
@@ -723,6 +761,7 @@ impl Recipe {
             output: PathBuf::from("runs/example"),
             checkpoint_every: None,
             clip_grad_norm: None,
+            sync_every: None,
             max_consecutive_skips: None,
             strategy: None,
             policy: Policy::F32,

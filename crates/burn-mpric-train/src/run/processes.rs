@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use burn::tensor::backend::Backend;
-use burn::tensor::{DType, FloatDType, Tensor, TensorData};
+use burn::tensor::{DType, FloatDType, Int, Tensor, TensorData};
 use burn_mpric::scale::{DataParallel, StepError};
 use burn_mpric::{MixedPrecision, MpDevice};
 use burn_mpric_cluster::{ClusterError, Coordinator, Reduction, RunSpec, Tcp, Timeouts, Transport};
@@ -23,7 +23,7 @@ use crate::models::Model;
 use crate::optim::Ad;
 use crate::plan::Plan;
 use crate::recipe::document::field_path;
-use crate::run::grads::StepGrads;
+use crate::run::grads::{StepGrads, read_count};
 
 /// Where the coordinator listens when no address is given: loopback, so that nothing off
 /// this machine can reach it.
@@ -351,7 +351,8 @@ impl Link {
     ) -> Result<StepGrads<B>, Error> {
         // The loss and the count travel after the gradients, read with them.
         let loss = own.scaled_loss.inner().cast(FloatDType::F32).mean();
-        let correct = own.correct.unwrap_or(0) as f32;
+        let own_correct = own.correct.map(read_count);
+        let correct = own_correct.unwrap_or(0) as f32;
         let correct = TensorData::new(vec![correct], [1]);
         let correct = Tensor::<MixedPrecision<B>, 1>::from_data(correct, device);
         let mut held = self
@@ -377,7 +378,10 @@ impl Link {
         Ok(StepGrads {
             grads,
             scaled_loss,
-            correct: own.correct.map(|_| correct as i64),
+            correct: own_correct.map(|_| {
+                let count = TensorData::new(vec![correct as i64], [1]);
+                Tensor::<Ad<B>, 1, Int>::from_data(count, device)
+            }),
         })
     }
 }

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn::module::Module;
 use burn::optim::{GradientsAccumulator, GradientsParams};
+use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
-use burn::tensor::{ElementConversion, Tensor};
 use burn_mpric::MpDevice;
 use burn_mpric::scale::{LossScaler, ProbeRead, SkipCause, StepOutcome, cast_grads_to_param_dtype};
 
@@ -81,21 +81,19 @@ impl Peers<'_> {
     }
 }
 
-/// Forward and backward of one batch: on the main device alone, or split into one contiguous
+/// Forward and backward of one batch, each loss multiplied by `scale` (the loss scaler's): on the main device alone, or split into one contiguous
 /// shard per replica, each shard's loss weighted by its share of the batch (so the summed
 /// gradients are those of the whole batch's mean loss) and the gradients summed on the main
 /// device.
 pub(crate) fn forward_backward<B: Backend>(
     plan: &Plan,
     model: &Model<Ad<B>>,
-    scaler: &LossScaler,
+    scale: &dyn Fn(Tensor<Ad<B>, 1>) -> Tensor<Ad<B>, 1>,
     items: &[usize],
     replicas: &[MpDevice<B>],
     peers: Peers<'_>,
 ) -> Result<StepGrads<B>, Error> {
     let main = &replicas[0];
-    let read_correct =
-        |c: Option<Tensor<Ad<B>, 1, burn::tensor::Int>>| c.map(|c| c.into_scalar().elem::<i64>());
     #[cfg(feature = "ddp")]
     if let Peers::Collective { peer, count, .. } = peers {
         // This replica's shard; its loss weighted by its share of the batch, so that the sum
@@ -103,7 +101,7 @@ pub(crate) fn forward_backward<B: Backend>(
         let own = shard(items, count)[peer];
         let out = model.forward(plan.data.batch::<Ad<B>>(false, own, main))?;
         let share = own.len() as f64 / items.len() as f64;
-        let scaled = scaler.scale_loss(out.loss.mul_scalar(share));
+        let scaled = scale(out.loss.mul_scalar(share));
         let grads = GradientsParams::from_grads(scaled.backward(), model);
         let correct = match out.correct {
             Some(c) => Some(sum_over_peers::<B>(peer, c)?),
@@ -112,17 +110,17 @@ pub(crate) fn forward_backward<B: Backend>(
         return Ok(StepGrads {
             grads,
             scaled_loss: scaled,
-            correct: read_correct(correct),
+            correct,
         });
     }
     if replicas.len() == 1 && !matches!(peers, Peers::Processes(_)) {
         let out = model.forward(plan.data.batch::<Ad<B>>(false, items, main))?;
-        let scaled = scaler.scale_loss(out.loss);
+        let scaled = scale(out.loss);
         let grads = GradientsParams::from_grads(scaled.backward(), model);
         return Ok(StepGrads {
             grads,
             scaled_loss: scaled,
-            correct: read_correct(out.correct),
+            correct: out.correct,
         });
     }
     let shards = match peers {
@@ -142,7 +140,7 @@ pub(crate) fn forward_backward<B: Backend>(
         let replica = model.clone().fork(device);
         let out = replica.forward(plan.data.batch::<Ad<B>>(false, shard, device))?;
         let share = shard.len() as f64 / items.len() as f64;
-        let scaled = scaler.scale_loss(out.loss.mul_scalar(share));
+        let scaled = scale(out.loss.mul_scalar(share));
         let mut grads = GradientsParams::from_grads(scaled.backward(), &replica);
         if let Peers::Processes(_) = peers {
             // Summed at the parameters' dtype, as every other sum of the run is (and as
@@ -159,7 +157,7 @@ pub(crate) fn forward_backward<B: Backend>(
     Ok(StepGrads {
         grads: accumulator.grads(),
         scaled_loss: Tensor::cat(losses, 0).sum(),
-        correct: read_correct(correct),
+        correct,
     })
 }
 
@@ -204,7 +202,14 @@ pub(crate) fn skip_cause<B: Backend>(
     let probe_scale = read.probe_scale(outcome.scale_used);
     let prober = LossScaler::fixed(probe_scale)
         .map_err(|e| Error::Internal(format!("the probe's scale {probe_scale}: {e}")))?;
-    let probed = forward_backward(plan, model, &prober, items, replicas, peers)?;
+    let probed = forward_backward(
+        plan,
+        model,
+        &|loss| prober.scale_loss(loss),
+        items,
+        replicas,
+        peers,
+    )?;
     let checked = prober
         .check(model, probed.grads, Some(probed.scaled_loss))
         .map_err(|source| Error::Step { step, source })?;

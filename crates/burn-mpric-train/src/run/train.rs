@@ -3,13 +3,15 @@
 //! reports and checkpoints at their steps, and exact resume. A step's arithmetic is in
 //! `step.rs`, what the run says while it runs in `progress.rs`, its reports in `report.rs`.
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use burn::module::AutodiffModule;
-use burn::optim::Optimizer;
+use burn::optim::{GradientsParams, Optimizer};
 use burn::tensor::backend::Backend;
-use burn_mpric::scale::LossScaler;
+use burn::tensor::{Int, Tensor, Transaction};
+use burn_mpric::scale::{DeviceLossScaler, LossScaler, SkipCause, StepError, StepOutcome};
 use burn_mpric::{BurnDType, FloatDType, MixedPrecision, MpDevice, Policy, ResolvedPolicy};
 use indicatif::ProgressBar;
 
@@ -19,11 +21,11 @@ use crate::data::Sampler;
 use crate::error::{Error, RecipeError};
 use crate::models::Model;
 use crate::models::evaluate::evaluate;
-use crate::optim::{Ad, OptimizerTask, stored};
+use crate::optim::{Ad, DeviceOptim, OptimizerTask, stored};
 use crate::plan::Plan;
 use crate::recipe::BackendConfig;
 use crate::report::metrics::{EvalRow, StepRow};
-use crate::run::grads::StepGrads;
+use crate::run::grads::{StepGrads, read_count};
 use crate::run::lock::RunLock;
 use crate::run::processes::{self, Link, Listening, Processes};
 use crate::run::progress::{
@@ -265,8 +267,122 @@ impl<B: Backend> OptimizerTask<B> for Loop<'_, B> {
     type Output = Result<Summary, Error>;
 
     fn run<O: Optimizer<Model<Ad<B>>, Ad<B>>>(self, optim: O) -> Self::Output {
-        train_loop(self.run, &self.replicas, self.peers, self.model, optim)
+        train_loop(
+            self.run,
+            &self.replicas,
+            self.peers,
+            self.model,
+            optim,
+            None,
+        )
     }
+
+    fn run_device(self, optim: DeviceOptim<B>) -> Self::Output {
+        let every = self.run.plan.recipe.sync_every.unwrap_or(1);
+        let path = OnDevice {
+            every: usize::try_from(every).unwrap_or(usize::MAX),
+            step: |scaler, optim: &mut DeviceOptim<B>, lr, model, grads, loss| {
+                scaler.step(&mut optim.0, lr, model, grads, Some(loss))
+            },
+        };
+        train_loop(
+            self.run,
+            &self.replicas,
+            self.peers,
+            self.model,
+            optim,
+            Some(path),
+        )
+    }
+}
+
+/// The loss scaler's device path in the loop (a recipe with `sync_every`): `step` takes a
+/// step with the skip decided on the device by the optimizer's device optimizer, and the
+/// host reads the steps every `every` steps (one step behind) and at each checkpoint.
+struct OnDevice<B: Backend, O> {
+    every: usize,
+    #[allow(clippy::type_complexity)]
+    step: fn(
+        &mut DeviceLossScaler<MixedPrecision<B>>,
+        &mut O,
+        f64,
+        Model<Ad<B>>,
+        GradientsParams,
+        Tensor<Ad<B>, 1>,
+    ) -> (Model<Ad<B>>, Result<Vec<StepOutcome>, StepError>),
+}
+
+/// A step taken on the device path and not read yet: what its metrics row needs besides
+/// its outcome.
+struct Unread<B: Backend> {
+    step: u64,
+    epoch: u64,
+    lr: f64,
+    predictions: usize,
+    took: Duration,
+    correct: Option<Tensor<Ad<B>, 1, Int>>,
+}
+
+/// A step whose outcome the host knows: what its metrics row is made of.
+struct Decided {
+    step: u64,
+    epoch: u64,
+    lr: f64,
+    predictions: usize,
+    took: Duration,
+    outcome: StepOutcome,
+    correct: Option<i64>,
+    cause: Option<SkipCause>,
+}
+
+/// The unread steps the `outcomes` learned (oldest first) describe, with their counts read
+/// in one transaction.
+fn decide<B: Backend>(
+    unread: &mut VecDeque<Unread<B>>,
+    outcomes: Vec<StepOutcome>,
+) -> Result<Vec<Decided>, Error> {
+    let steps: Vec<Unread<B>> = unread.drain(..outcomes.len().min(unread.len())).collect();
+    let mut transaction = Transaction::<MixedPrecision<B>>::default();
+    let mut any = false;
+    for count in steps.iter().filter_map(|s| s.correct.as_ref()) {
+        transaction = transaction.register(count.clone().inner());
+        any = true;
+    }
+    let read = match any {
+        true => transaction
+            .try_execute()
+            .map_err(|e| Error::Internal(format!("reading the steps' counts: {e}")))?,
+        false => Vec::new(),
+    };
+    let mut counts = read.into_iter().map(|data| {
+        data.convert::<i64>()
+            .to_vec::<i64>()
+            .ok()
+            .and_then(|v| v.first().copied())
+    });
+    steps
+        .into_iter()
+        .zip(outcomes)
+        .map(|(s, outcome)| {
+            let correct =
+                match s.correct {
+                    Some(_) => Some(counts.next().flatten().ok_or_else(|| {
+                        Error::Internal("the device returned too few counts".into())
+                    })?),
+                    None => None,
+                };
+            Ok(Decided {
+                step: s.step,
+                epoch: s.epoch,
+                lr: s.lr,
+                predictions: s.predictions,
+                took: s.took,
+                outcome,
+                correct,
+                cause: None,
+            })
+        })
+        .collect()
 }
 
 fn train_loop<B, O>(
@@ -275,6 +391,7 @@ fn train_loop<B, O>(
     peers: Peers<'_>,
     model: Option<Model<Ad<B>>>,
     mut optim: O,
+    on_device: Option<OnDevice<B, O>>,
 ) -> Result<Summary, Error>
 where
     B: Backend,
@@ -329,6 +446,17 @@ where
     // The run stops itself at the recipe's `max_consecutive_skips`, with its reports written
     // and its last checkpoint named.
     scaler = scaler.with_max_consecutive_skips(0);
+    let mut device_scaler = match &on_device {
+        Some(path) => Some(
+            DeviceLossScaler::new(scaler, device)
+                .map_err(|e| in_file(RecipeError::new("sync_every", e.to_string())))?
+                .with_sync_every(path.every),
+        ),
+        None => None,
+    };
+    let mut unread: VecDeque<Unread<B>> = VecDeque::new();
+    // The device path: the last step whose parameters were checked finite.
+    let mut checked_through = start;
 
     let total = plan.total_steps;
     let stop = options.until.map_or(total, |u| u.min(total)).max(start);
@@ -363,7 +491,11 @@ where
         let items = sampler.next_items();
         let predictions = plan.data.predictions(items.len());
         let lr = recipe.schedule.lr(recipe.optimizer.lr(), step, total);
-        let own = forward_backward(plan, &model, &scaler, &items, replicas, peers)?;
+        let scale = |loss| match &device_scaler {
+            Some(device) => device.scale_loss(loss),
+            None => scaler.scale_loss(loss),
+        };
+        let own = forward_backward(plan, &model, &scale, &items, replicas, peers)?;
         let StepGrads {
             grads,
             scaled_loss,
@@ -372,66 +504,136 @@ where
             Peers::Processes(link) => link.sum(step, &model, device, own)?,
             _ => own,
         };
-        let (next, outcome) = match peers {
-            #[cfg(feature = "ddp")]
-            Peers::Collective { peer, .. } => scaler.step_all_reduced(
-                burn::collective::PeerId::from(peer),
-                &mut optim,
-                lr,
-                model,
-                grads,
-                scaled_loss,
-            ),
-            _ => scaler.step_with_loss(&mut optim, lr, model, grads, scaled_loss),
+        let scheduled = step == total
+            || recipe
+                .checkpoint_every
+                .is_some_and(|every| step % every == 0);
+        let decided = match (&on_device, device_scaler.as_mut()) {
+            (Some(path), Some(device)) => {
+                let (next, learned) =
+                    (path.step)(device, &mut optim, lr, model, grads, scaled_loss);
+                model = next;
+                unread.push_back(Unread {
+                    step,
+                    epoch: sampler.position().epoch,
+                    lr,
+                    predictions,
+                    took: t0.elapsed(),
+                    correct,
+                });
+                let mut learned = learned.map_err(|source| Error::Step { step, source })?;
+                // A checkpoint holds every step read, and the end of the run reads them all.
+                if scheduled || step == stop {
+                    learned.extend(
+                        device
+                            .sync()
+                            .map_err(|source| Error::Step { step, source })?,
+                    );
+                }
+                decide(&mut unread, learned)?
+            }
+            _ => {
+                let (next, outcome) = match peers {
+                    #[cfg(feature = "ddp")]
+                    Peers::Collective { peer, .. } => scaler.step_all_reduced(
+                        burn::collective::PeerId::from(peer),
+                        &mut optim,
+                        lr,
+                        model,
+                        grads,
+                        scaled_loss,
+                    ),
+                    _ => scaler.step_with_loss(&mut optim, lr, model, grads, scaled_loss),
+                };
+                model = next;
+                let outcome = outcome.map_err(|source| Error::Step { step, source })?;
+                // One process: a skipped step's batch runs once more at the probe's scale, to
+                // tell a range problem from one no scale fixes.
+                let cause = match peers {
+                    Peers::Local if outcome.is_skipped() => Some(skip_cause(
+                        plan, &model, &items, replicas, peers, &outcome, step,
+                    )?),
+                    _ => None,
+                };
+                vec![Decided {
+                    step,
+                    epoch: sampler.position().epoch,
+                    lr,
+                    predictions,
+                    took: t0.elapsed(),
+                    outcome,
+                    correct: correct.map(read_count),
+                    cause,
+                }]
+            }
         };
-        model = next;
-        let outcome = outcome.map_err(|source| Error::Step { step, source })?;
-        // One process: a skipped step's batch runs once more at the probe's scale, to tell a
-        // range problem from one no scale fixes.
-        let cause = match peers {
-            Peers::Local if outcome.is_skipped() => Some(skip_cause(
-                plan, &model, &items, replicas, peers, &outcome, step,
-            )?),
-            _ => None,
-        };
-        let row = step_row(
-            (step, sampler.position().epoch, lr),
-            &outcome,
-            correct.map(|c| c as f32 / predictions as f32),
-            cause.as_ref(),
-            t0.elapsed(),
-        );
-        if is_main && options.log && outcome.is_skipped() {
-            bar.suspend(|| eprintln!("{}", skip_line(step, &outcome, cause.as_ref())));
-        }
-        bar.set_message(progress_message(&row));
         bar.inc(1);
-        let skipped = row.skipped;
-        rows.push(row);
+        let read = !decided.is_empty();
+        let mut stop_reason = None;
+        for d in decided {
+            let row = step_row(
+                (d.step, d.epoch, d.lr),
+                &d.outcome,
+                d.correct.map(|c| c as f32 / d.predictions as f32),
+                d.cause.as_ref(),
+                d.took,
+            );
+            if is_main && options.log && d.outcome.is_skipped() {
+                bar.suspend(|| eprintln!("{}", skip_line(d.step, &d.outcome, d.cause.as_ref())));
+            }
+            bar.set_message(progress_message(&row));
+            let skipped = row.skipped;
+            rows.push(row);
 
-        // Divergence: an applied step that leaves a non-finite parameter, or a run of skipped
-        // steps. Either stops the run before a checkpoint could keep the damage.
-        let skips_in_a_row = outcome.stats.consecutive_skipped;
-        let stop_reason = if !skipped && !model.params_finite()? {
-            Some(format!(
-                "the optimizer step (lr {lr:e}) left non-finite parameters"
-            ))
-        } else if skips_in_a_row >= max_skips {
-            Some(format!(
-                "{skips_in_a_row} steps in a row were skipped for non-finite gradients (max_consecutive_skips = {max_skips}; loss scale now {:e}){}",
-                scaler.scale(),
-                cause.as_ref().map(|c| format!(": {c}")).unwrap_or_default()
-            ))
-        } else {
-            None
-        };
+            // Divergence: an applied step that leaves a non-finite parameter, or a run of
+            // skipped steps. Either stops the run before a checkpoint could keep the damage.
+            // On the device path the parameters are checked once per read, below.
+            let skips_in_a_row = d.outcome.stats.consecutive_skipped;
+            if on_device.is_none() && !skipped && !model.params_finite()? {
+                stop_reason = Some((
+                    d.step,
+                    format!(
+                        "the optimizer step (lr {:e}) left non-finite parameters",
+                        d.lr
+                    ),
+                ));
+            } else if skips_in_a_row >= max_skips {
+                stop_reason = Some((
+                    d.step,
+                    format!(
+                        "{skips_in_a_row} steps in a row were skipped for non-finite gradients (max_consecutive_skips = {max_skips}; loss scale now {:e}){}",
+                        d.outcome.next_scale,
+                        d.cause
+                            .as_ref()
+                            .map(|c| format!(": {c}"))
+                            .unwrap_or_default()
+                    ),
+                ));
+            }
+            if stop_reason.is_some() {
+                break;
+            }
+        }
+        // The device path: the parameters as of this step, once per read.
+        if on_device.is_some() && read && stop_reason.is_none() {
+            if !model.params_finite()? {
+                stop_reason = Some((
+                    step,
+                    format!(
+                        "an optimizer step of steps {}..={step} left non-finite parameters",
+                        checked_through + 1
+                    ),
+                ));
+            }
+            checked_through = step;
+        }
         // Every replica finds the same reason at the same step (they hold the same values).
-        if let Some(reason) = stop_reason {
+        if let Some((at, reason)) = stop_reason {
             bar.finish_and_clear();
             if is_main {
                 write_reports(plan, policy, &rows, &evals, &title)?;
             }
-            return Err(diverged(step, reason, last_checkpoint));
+            return Err(diverged(at, reason, last_checkpoint));
         }
 
         // The first replica evaluates and writes; under `ddp` the others wait for it here.
@@ -439,10 +641,6 @@ where
             (|| -> Result<(), Error> {
                 // Held-out rows are kept for the scheduled checkpoints only, so that a run stopped
                 // with --until and resumed records what the uninterrupted run records.
-                let scheduled = step == total
-                    || recipe
-                        .checkpoint_every
-                        .is_some_and(|every| step % every == 0);
                 if scheduled || step == stop {
                     let mut eval = evaluate(&model.valid(), &plan.data, recipe.batch_size, device)?;
                     eval.step = step;
@@ -455,7 +653,10 @@ where
                         step,
                         total_steps: total,
                         data: sampler.position(),
-                        scaler: scaler.to_record(),
+                        scaler: match &device_scaler {
+                            Some(device) => device.host().to_record(),
+                            None => scaler.to_record(),
+                        },
                         recipe: recipe.clone(),
                         steps: rows.clone(),
                         eval: evals.clone(),
@@ -519,7 +720,10 @@ where
         total_steps: total,
         last: rows.last().cloned(),
         eval: until_eval.or_else(|| evals.last().cloned()),
-        skipped: scaler.stats().skipped,
+        skipped: match &device_scaler {
+            Some(device) => device.host().stats().skipped,
+            None => scaler.stats().skipped,
+        },
         tail_loss: tail_loss(&rows),
         wall_s: started.elapsed().as_secs_f64(),
     })

@@ -8,6 +8,7 @@ mod after_training;
 mod audit;
 mod bad_recipes;
 mod common;
+mod device_path;
 mod integrity;
 mod kill;
 #[cfg(feature = "mpi")]

@@ -180,7 +180,7 @@ fn resume_refuses_a_changed_recipe_and_a_fresh_run_refuses_a_used_folder() {
 
 /// `--until half` then `--resume` against one run, for any recipe: same parameters (bits),
 /// scaler state, data position and metric rows.
-fn split_equals_straight(name: &str, text: &str, until: u64) -> Verified {
+pub(crate) fn split_equals_straight(name: &str, text: &str, until: u64) -> Verified {
     let dir = fresh_dir(name);
     let path = write_recipe(&dir, "r.toml", text);
     let path = path.to_str().unwrap();
