@@ -8,12 +8,15 @@
 #[allow(dead_code)]
 mod common;
 
-use burn::backend::Flex;
-use burn::optim::AdamConfig;
-use burn::train::MultiDeviceOptim;
+use burn::backend::{Autodiff, Flex};
+use burn::data::dataloader::batcher::Batcher;
+use burn::optim::{AdamConfig, Optimizer};
 use burn::train::metric::LossMetric;
+use burn::train::{Learner, MultiDeviceOptim};
+use burn_mpric::instrument::{Instrumented, record};
 use burn_mpric::scale::DeviceAdamConfig;
-use burn_mpric_learner::{ScaleRecord, ScalerHandle};
+use burn_mpric::{MixedPrecision, Policy};
+use burn_mpric_learner::{ScaleRecord, Scaled, ScalerHandle};
 
 use common::*;
 
@@ -238,4 +241,55 @@ fn a_clipping_scaler_cannot_take_the_device_path() {
         .unwrap();
     assert!(err.to_string().contains("clipping"), "{err}");
     assert!(!clipped.is_on_device());
+}
+
+type Logged = MixedPrecision<Instrumented<Flex>>;
+type LoggedAd = Autodiff<Logged>;
+
+/// The host reads of each of three Learner steps (`train_step` then `optimizer_step`).
+fn reads_per_step<O>(model: Scaled<LoggedAd, Classifier<LoggedAd>>, optim: O) -> Vec<usize>
+where
+    O: Optimizer<Scaled<LoggedAd, Classifier<LoggedAd>>, LoggedAd> + 'static,
+{
+    let device = model.model.l1.weight.val().device();
+    let mut learner = Learner::new(model, optim, 1e-2);
+    (0..3)
+        .map(|_| {
+            let batch = SampleBatcher.batch(samples(false)[..BATCH].to_vec(), &device);
+            let (_, ops) = record(|| {
+                let output = learner.train_step(batch);
+                learner.optimizer_step(output.grads);
+            });
+            assert!(ops.len() > 50, "the step ran through the logged backend");
+            ops.iter()
+                .filter(|op| op.op.ends_with("_into_data") || op.op == "tr_execute")
+                .count()
+        })
+        .collect()
+}
+
+#[test]
+fn a_learner_step_on_the_device_path_reads_nothing_on_the_host() {
+    let device =
+        Logged::device(Default::default(), "mixed_f16".parse::<Policy>().unwrap()).unwrap();
+    let on_device = handle(1024.0);
+    let optim = on_device
+        .device_optimizer::<LoggedAd, _>(DeviceAdamConfig::new(), &device, 0)
+        .unwrap();
+    let model = Scaled::new(Classifier::new(&device), on_device.clone());
+    assert_eq!(
+        reads_per_step(model, optim),
+        [0, 0, 0],
+        "a device-path step read the device"
+    );
+    assert_eq!(on_device.stats().steps, 3);
+
+    let host = handle(1024.0);
+    let model = Scaled::new(Classifier::new(&device), host.clone());
+    let reads = reads_per_step(model, AdamConfig::new().init());
+    assert!(
+        reads.iter().all(|&r| r > 0),
+        "the host-read step reads: {reads:?}"
+    );
+    assert_eq!(host.stats().steps, 3);
 }
