@@ -135,8 +135,9 @@ fn outcomes_and_parameters_equal_the_host_read_path_bit_for_bit() {
     let mut device_model = host_model.clone();
     let mut host = LossScaler::dynamic(config).unwrap();
     let mut burn_sgd: ModuleOptimizer = SgdConfig::new().init();
-    let mut on_device =
-        DeviceLossScaler::new(LossScaler::dynamic(config).unwrap(), &device).unwrap();
+    let mut on_device = DeviceLossScaler::new(LossScaler::dynamic(config).unwrap(), &device)
+        .unwrap()
+        .with_overflow_names(true);
     let mut device_sgd = DeviceOptimizer::new(DeviceSgdConfig::new());
     let mut host_outcomes = Vec::new();
     for step in 0..12 {
@@ -156,6 +157,17 @@ fn outcomes_and_parameters_equal_the_host_read_path_bit_for_bit() {
     }
     let device_outcomes = on_device.sync().unwrap();
     assert_eq!(decisions(&device_outcomes), decisions(&host_outcomes));
+    // The overflowed parameters too, named at the read.
+    let named = |outcomes: &[StepOutcome]| -> Vec<_> {
+        outcomes.iter().map(|o| o.overflow.clone()).collect()
+    };
+    assert_eq!(named(&device_outcomes), named(&host_outcomes));
+    assert!(
+        device_outcomes
+            .iter()
+            .filter(|o| o.is_skipped())
+            .all(|o| o.overflow.as_ref().is_some_and(|o| !o.params.is_empty()))
+    );
     assert_eq!(
         device_outcomes.iter().filter(|o| o.is_skipped()).count(),
         poisoned.len()
@@ -205,7 +217,12 @@ fn sharded_steps_equal_steps_over_the_summed_gradients_and_skip_together() {
     let config = LossScaleConfig::new()
         .with_initial_scale(1024.0)
         .with_growth_interval(2);
-    let scaler = || DeviceLossScaler::new(LossScaler::dynamic(config).unwrap(), &device).unwrap();
+    // With the overflowed parameters named: a shard's names are its parameter's.
+    let scaler = || {
+        DeviceLossScaler::new(LossScaler::dynamic(config).unwrap(), &device)
+            .unwrap()
+            .with_overflow_names(true)
+    };
     let (mut whole_scaler, mut sharded_scaler) = (scaler(), scaler());
     let mut whole_model = autocast(Mlp::new(8, 16, 4, &device), policy).unwrap();
     let mut sharded_model = whole_model.clone();
@@ -254,6 +271,12 @@ fn sharded_steps_equal_steps_over_the_summed_gradients_and_skip_together() {
     assert_eq!(sharded, whole);
     let skipped: Vec<usize> = (0..7).filter(|&i| sharded[i].is_skipped()).collect();
     assert_eq!(skipped, vec![2, 4]);
+    assert!(skipped.iter().all(|&i| {
+        sharded[i]
+            .overflow
+            .as_ref()
+            .is_some_and(|o| !o.params.is_empty())
+    }));
     assert_eq!(param_bits(&sharded_model), param_bits(&whole_model));
     assert_eq!(state_bits(&sharded_optim), state_bits(&whole_optim));
 }

@@ -473,7 +473,15 @@ fn the_learner_on_the_device_path_takes_the_host_paths_decisions_later() {
     let outcomes = handle.sync().unwrap();
     assert_eq!(outcomes.len(), 6, "one read for the six steps");
     assert!(handle.sync().unwrap().is_empty());
-    let decided = |o: &StepOutcome| (o.action, o.scale_used, o.next_scale, o.stats);
+    let decided = |o: &StepOutcome| {
+        (
+            o.action,
+            o.scale_used,
+            o.next_scale,
+            o.stats,
+            o.overflow.clone(),
+        )
+    };
     for (outcome, record) in outcomes.iter().zip(&host_records) {
         assert_eq!(decided(outcome), decided(record.outcome.as_ref().unwrap()));
     }

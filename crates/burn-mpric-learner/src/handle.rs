@@ -148,10 +148,11 @@ impl ScalerHandle {
     /// scaler as of every step), and whenever the handle is asked ([`sync`](Self::sync),
     /// [`scale`](Self::scale), [`stats`](Self::stats), [`snapshot`](Self::snapshot)). What
     /// comes late: the per-step metrics ([`ScaleRecord`](crate::ScaleRecord)s of steps not
-    /// read yet show the scaler as of the last read, undecided), and the stop after
-    /// `max_consecutive_skips` skips in a row (at the read that finds it). Not on this path:
-    /// gradient clipping, overflowed parameters' names and the skip-cause probe (they need the
-    /// gradients on the host at the step).
+    /// read yet show the scaler as of the last read, undecided), the names of a skipped
+    /// step's overflowed parameters (kept as one flag per parameter, read with the step),
+    /// and the stop after `max_consecutive_skips` skips in a row (at the read that finds it).
+    /// Not on this path: gradient clipping and the skip-cause probe (they need the gradients
+    /// on the host at the step).
     ///
     /// Fails with [`StepError::NotOnDevice`] when the scaler clips gradients or its growth or
     /// backoff factor is not exact in f32, or when the handle is on the device path already.
@@ -188,8 +189,10 @@ impl ScalerHandle {
                     .into(),
             ));
         }
+        // `OverflowedParamsMetric` names a skipped step's parameters, as on the host.
         let scaler = DeviceLossScaler::<AB::InnerBackend>::new(shared.scaler, device)?
-            .with_sync_every(sync_every);
+            .with_sync_every(sync_every)
+            .with_overflow_names(true);
         shared.device = Some(OnDevice {
             scaler: Box::new(scaler),
             optimizer: type_name::<ScaledDeviceOptimizer<R, AB>>(),

@@ -42,10 +42,10 @@
 //! (which holds the scaler as of its last step, and the optimizer's state) and whenever the
 //! handle is asked. Until then a step's metrics item shows the scaler as of the last read,
 //! and a stall (`max_consecutive_skips`) stops the run at the step after the read that finds
-//! it. Not on this path: gradient clipping, the overflowed parameters' names and the
-//! skip-cause probe, which need the gradients on the host at the step; take the host-read
-//! path (any Burn optimizer) for them, or when every step's metrics must show its own
-//! decision.
+//! it. The overflowed parameters are named too, from one flag per parameter read with the
+//! step. Not on this path: gradient clipping and the skip-cause probe, which need the
+//! gradients on the host at the step; take the host-read path (any Burn optimizer) for them,
+//! or when every step's metrics must show its own decision.
 //!
 //! **burn-train's `ExecutionStrategy::DistributedDataParallel` is not supported.** In Burn
 //! 0.21 it all-reduces the gradients inside `backward()` through the backend's

@@ -117,6 +117,11 @@ fn the_device_path_takes_the_host_paths_decisions_and_skips_like_a_run_without_t
             }
         }
 
+        assert!(
+            host_records
+                .iter()
+                .any(|r| r.is_skipped() && r.outcome.as_ref().unwrap().overflow.is_some())
+        );
         // Each step's metrics item shows its own step when the host learned it before the
         // item was processed, and otherwise the scaler as of the last read: never a later step.
         assert_eq!(records.len(), EPOCHS * steps);
@@ -139,6 +144,8 @@ fn the_device_path_takes_the_host_paths_decisions_and_skips_like_a_run_without_t
                         ),
                         "step {step}"
                     );
+                    // The overflowed parameters, named at the read.
+                    assert_eq!(outcome.overflow, expected.overflow, "step {step}");
                     assert_eq!(record.scale_used, own.scale_used);
                 }
                 None => {

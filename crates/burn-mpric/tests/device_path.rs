@@ -224,8 +224,9 @@ fn outcomes_and_parameters_equal_the_host_read_path_bit_for_bit() {
     let mut device_model = host_model.clone();
     let mut host = LossScaler::dynamic(config).unwrap();
     let mut burn_sgd = SgdConfig::new().init::<B, Net<B>>();
-    let mut on_device =
-        DeviceLossScaler::new(LossScaler::dynamic(config).unwrap(), &device).unwrap();
+    let mut on_device = DeviceLossScaler::new(LossScaler::dynamic(config).unwrap(), &device)
+        .unwrap()
+        .with_overflow_names(true);
     let mut device_sgd = DeviceOptimizer::new(DeviceSgdConfig::new());
 
     let mut host_outcomes = Vec::new();
@@ -254,11 +255,19 @@ fn outcomes_and_parameters_equal_the_host_read_path_bit_for_bit() {
                     o.next_scale,
                     o.loss.map(f32::to_bits),
                     o.stats,
+                    o.overflow.clone(),
                 )
             })
             .collect()
     };
+    // The overflowed parameters too, named at the read.
     assert_eq!(decisions(&device_outcomes), decisions(&host_outcomes));
+    assert!(
+        device_outcomes
+            .iter()
+            .filter(|o| o.is_skipped())
+            .all(|o| o.overflow.as_ref().is_some_and(|o| !o.params.is_empty()))
+    );
     assert_eq!(
         device_outcomes.iter().filter(|o| o.is_skipped()).count(),
         poisoned.len()
@@ -471,7 +480,12 @@ fn sharded_steps_equal_steps_over_the_summed_gradients_and_skip_together() {
     let config = LossScaleConfig::new()
         .with_initial_scale(1024.0)
         .with_growth_interval(2);
-    let scaler = || DeviceLossScaler::new(LossScaler::dynamic(config).unwrap(), &device).unwrap();
+    // With the overflowed parameters named: a shard's names are its parameter's.
+    let scaler = || {
+        DeviceLossScaler::new(LossScaler::dynamic(config).unwrap(), &device)
+            .unwrap()
+            .with_overflow_names(true)
+    };
     let (mut whole_scaler, mut sharded_scaler) = (scaler(), scaler());
     let mut whole_model = Net::<B>::new(&device);
     let mut sharded_model = whole_model.clone();
@@ -517,6 +531,12 @@ fn sharded_steps_equal_steps_over_the_summed_gradients_and_skip_together() {
     assert_eq!(sharded, whole);
     let skipped: Vec<usize> = (0..7).filter(|&i| sharded[i].is_skipped()).collect();
     assert_eq!(skipped, vec![2, 4]);
+    assert!(skipped.iter().all(|&i| {
+        sharded[i]
+            .overflow
+            .as_ref()
+            .is_some_and(|o| !o.params.is_empty())
+    }));
     assert_eq!(params(&sharded_model), params(&whole_model));
     assert_eq!(
         optimizer_state(sharded_optim.to_record()),

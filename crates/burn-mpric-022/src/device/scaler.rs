@@ -1,16 +1,18 @@
 //! [`DeviceLossScaler`]: the step contract with the skip decided on the device and the host
 //! told later.
 
-use burn::module::Module;
+use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::{GradientsParams, MultiGradientsParams};
 use burn::tensor::{Bool, DType, Device, FloatDType, Tensor, Transaction};
-use burn_mpric_core::scale::{DeviceStepRead, MAX_PENDING_STEPS, StepOutcome};
+use burn_mpric_core::scale::{DeviceStepRead, MAX_PENDING_STEPS, Overflow, StepOutcome};
+use std::collections::HashMap;
 
 use super::optim::DeviceOptimizer;
 use super::rules::DeviceRule;
 use super::scale::{DeviceScale, finite_value};
 use crate::check::{CheckKind, GradCheck};
 use crate::error::StepError;
+use crate::grad_paths::grads_by_path;
 use crate::scaler::{LossScaler, sum_shards};
 
 /// Loss scaling with the skip decided on the device (Burn 0.22): the finiteness flag, the
@@ -21,8 +23,9 @@ use crate::scaler::{LossScaler, sum_shards};
 /// ([`with_sync_every`](Self::with_sync_every)). The same contract as the 0.21 edition's
 /// `DeviceLossScaler`: the outcomes are the host scaler's, replayed from the flags read
 /// (burn-mpric-core's `ScalerState::replay`), and the device's scale is checked against them
-/// at every full sync. Not on this path yet: clipping, the names of the parameters that
-/// overflowed, the skip-cause probe; use [`LossScaler`] for them.
+/// at every full sync; with [`with_overflow_names`](Self::with_overflow_names) a skipped
+/// step's outcome names the parameters that overflowed. Not on this path: clipping and the
+/// skip-cause probe; use [`LossScaler`] for them.
 ///
 /// # Example
 ///
@@ -56,6 +59,15 @@ pub struct DeviceLossScaler {
     device: DeviceScale,
     pending: Vec<Pending>,
     sync_every: usize,
+    /// Keep each parameter's finiteness flag, to name the overflowed ones at the read.
+    names: bool,
+}
+
+/// What the unscale found, on the device: the gradients' sums (finite exactly when the step
+/// is) and, with names on, each gradient's overflow by module path.
+struct Checks {
+    sums: Vec<Tensor<1>>,
+    overflowed: Vec<(String, Tensor<1, Bool>)>,
 }
 
 /// A step the host has not read yet.
@@ -64,6 +76,9 @@ struct Pending {
     finite: Option<Tensor<1, Bool>>,
     /// The mean of the scaled loss, at f32.
     loss: Option<Tensor<1>>,
+    /// With [`DeviceLossScaler::with_overflow_names`]: each gradient's "holds inf or NaN",
+    /// by its parameter's module path, in module order.
+    overflowed: Vec<(String, Tensor<1, Bool>)>,
 }
 
 impl DeviceLossScaler {
@@ -97,6 +112,7 @@ impl DeviceLossScaler {
             host,
             pending: Vec::new(),
             sync_every: 0,
+            names: false,
         })
     }
 
@@ -119,6 +135,36 @@ impl DeviceLossScaler {
             sync_every: n,
             ..self
         }
+    }
+
+    /// Names the parameters whose gradients overflowed in each skipped step's outcome
+    /// ([`StepOutcome::overflow`], as the host-read path does), learned with the step at the
+    /// read. Each step then keeps one more flag per parameter (three more ops per parameter:
+    /// off by default).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::nn::LinearConfig;
+    /// use burn::optim::GradientsParams;
+    /// use burn::tensor::{Device, Tensor};
+    /// use burn_mpric_022::{DeviceLossScaler, DeviceOptimizer, LossScaler};
+    /// use burn_mpric_core::scale::DeviceSgdConfig;
+    ///
+    /// let model = LinearConfig::new(1, 1).init(&Device::flex().autodiff());
+    /// let mut scaler = DeviceLossScaler::new(LossScaler::default(), &Device::flex())
+    ///     .unwrap()
+    ///     .with_overflow_names(true);
+    /// let mut grads = GradientsParams::new();
+    /// grads.register(model.weight.id, Tensor::<2>::from_floats([[f32::NAN]], &Device::flex()));
+    /// let mut optim = DeviceOptimizer::new(DeviceSgdConfig::new());
+    /// let _ = scaler.step::<_, _, 1>(&mut optim, 1.0, model, grads, None);
+    /// let outcome = &scaler.sync().unwrap()[0];
+    /// assert_eq!(outcome.overflow.as_ref().unwrap().params, ["weight"]);
+    /// ```
+    #[must_use]
+    pub fn with_overflow_names(self, names: bool) -> Self {
+        Self { names, ..self }
     }
 
     /// How often pending steps are read (0: at [`sync`](Self::sync), and once
@@ -254,7 +300,42 @@ impl DeviceLossScaler {
             Ok(checks) => checks,
             Err(err) => return (module, Err(err)),
         };
+        let overflowed = self.overflow_flags(&module, std::slice::from_ref(&grads));
+        let checks = Checks {
+            sums: checks,
+            overflowed,
+        };
         self.apply(optim, lr, module, grads, checks, scaled_loss)
+    }
+
+    /// With names on, each gradient's "holds inf or NaN" flag by module path, a parameter's
+    /// shards on several devices folded into one flag (on the first shard's device).
+    fn overflow_flags<M: Module>(
+        &self,
+        module: &M,
+        shards: &[GradientsParams],
+    ) -> Vec<(String, Tensor<1, Bool>)> {
+        if !self.names {
+            return Vec::new();
+        }
+        let mut flags: Vec<(String, Tensor<1, Bool>)> = Vec::new();
+        let mut at: HashMap<String, usize> = HashMap::new();
+        for shard in shards {
+            for (path, grad) in grads_by_path(module, shard) {
+                let flag = grad.is_finite().bool_not().any();
+                match at.get(&path) {
+                    Some(&i) => {
+                        let flag = flag.to_device(&flags[i].1.device());
+                        flags[i].1 = flags[i].1.clone().bool_or(flag);
+                    }
+                    None => {
+                        at.insert(path.clone(), flags.len());
+                        flags.push((path, flag));
+                    }
+                }
+            }
+        }
+        flags
     }
 
     /// [`step`](Self::step) for gradients held on several devices (Burn's
@@ -310,7 +391,19 @@ impl DeviceLossScaler {
             }
             shards.push((shard, device));
         }
+        let parts: Vec<GradientsParams> = match self.names {
+            true => shards
+                .iter()
+                .map(|(shard, _)| copy_grads(&module, shard))
+                .collect(),
+            false => Vec::new(),
+        };
+        let overflowed = self.overflow_flags(&module, &parts);
         let grads = sum_shards(&module, MultiGradientsParams { grads: shards });
+        let checks = Checks {
+            sums: checks,
+            overflowed,
+        };
         self.apply(optim, lr, module, grads, checks, scaled_loss)
     }
 
@@ -322,9 +415,13 @@ impl DeviceLossScaler {
         lr: f64,
         module: M,
         grads: GradientsParams,
-        checks: Vec<Tensor<1>>,
+        checks: Checks,
         scaled_loss: Option<Tensor<D>>,
     ) -> (M, Result<Vec<StepOutcome>, StepError>) {
+        let Checks {
+            sums: checks,
+            overflowed,
+        } = checks;
         // Finite exactly when every check is (their sum is inf or NaN otherwise).
         let finite = checks
             .first()
@@ -347,7 +444,11 @@ impl DeviceLossScaler {
         };
         self.device = self.device.clone().adjust(flag);
         let loss = scaled_loss.map(|loss| loss.without_autodiff().cast(FloatDType::F32).mean());
-        self.pending.push(Pending { finite, loss });
+        self.pending.push(Pending {
+            finite,
+            loss,
+            overflowed,
+        });
         let every = match self.sync_every {
             0 => MAX_PENDING_STEPS,
             n => n.min(MAX_PENDING_STEPS),
@@ -394,6 +495,9 @@ impl DeviceLossScaler {
             if let Some(loss) = &step.loss {
                 transaction = transaction.register(loss.clone());
             }
+            for (_, flag) in &step.overflowed {
+                transaction = transaction.register(flag.clone());
+            }
         }
         if check_scale {
             transaction = transaction.register(self.device.scale());
@@ -411,6 +515,7 @@ impl DeviceLossScaler {
             }
         };
         let mut read: Vec<DeviceStepRead> = Vec::with_capacity(count);
+        let mut names: Vec<Vec<String>> = Vec::with_capacity(count);
         for step in &self.pending[..count] {
             let finite = match step.finite {
                 // Backends store bools as they like (Wgpu as integers): read through `iter`,
@@ -430,6 +535,13 @@ impl DeviceLossScaler {
                 None => None,
             };
             read.push((finite, loss));
+            let mut overflowed = Vec::new();
+            for (path, _) in &step.overflowed {
+                if next()?.iter::<bool>().next().unwrap_or(false) {
+                    overflowed.push(path.clone());
+                }
+            }
+            names.push(overflowed);
         }
         let device_scale = match check_scale {
             true => Some(one(next()?, "scale")?),
@@ -437,7 +549,14 @@ impl DeviceLossScaler {
         };
         self.pending.drain(..count);
         let max = self.host.max_consecutive_skips();
-        let (outcomes, stalled) = self.host.state_mut().replay(&read, max);
+        let (mut outcomes, stalled) = self.host.state_mut().replay(&read, max);
+        if self.names {
+            for (outcome, params) in outcomes.iter_mut().zip(names) {
+                if outcome.is_skipped() {
+                    outcome.overflow = Some(Overflow::new(params));
+                }
+            }
+        }
         if let Some(device) = device_scale
             && device != self.host.scale()
         {
@@ -471,4 +590,26 @@ fn unscale<M: Module>(
         Some(err) => Err(err),
         None => Ok(checks),
     }
+}
+
+/// `from`'s gradients of `module`'s parameters, in a set of their own (tensors are shared,
+/// not copied).
+fn copy_grads<M: Module>(module: &M, from: &GradientsParams) -> GradientsParams {
+    struct Copier<'a> {
+        from: &'a GradientsParams,
+        to: GradientsParams,
+    }
+    impl ModuleVisitor for Copier<'_> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            if let Some(grad) = self.from.get::<D>(param.id) {
+                self.to.register::<D>(param.id, grad);
+            }
+        }
+    }
+    let mut copier = Copier {
+        from,
+        to: GradientsParams::new(),
+    };
+    module.visit(&mut copier);
+    copier.to
 }

@@ -280,7 +280,10 @@ impl ScalerHandle {
                     .into(),
             ));
         }
-        let scaler = DeviceLossScaler::new(shared.scaler, device)?.with_sync_every(sync_every);
+        // A skipped step's outcome names its overflowed parameters, as on the host.
+        let scaler = DeviceLossScaler::new(shared.scaler, device)?
+            .with_sync_every(sync_every)
+            .with_overflow_names(true);
         shared.device = Some(OnDevice {
             scaler,
             optim: DeviceOptimizer::new(rule.into()),

@@ -5,12 +5,13 @@ use burn::module::{AutodiffModule, ModuleVisitor, Param};
 use burn::optim::{GradientsParams, MultiGradientsParams};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, DType, FloatDType, Tensor, TensorData, Transaction};
-use burn_mpric_core::scale::{DeviceStepRead, MAX_PENDING_STEPS, StepOutcome};
+use burn_mpric_core::scale::{DeviceStepRead, MAX_PENDING_STEPS, Overflow, StepOutcome};
 
 use super::optim::DeviceOptimizer;
 use super::rules::DeviceRule;
 use super::scale::DeviceScale;
 use crate::error::StepError;
+use crate::overflow::named_grads;
 use crate::read::{read_bool, read_one};
 use crate::scaler::LossScaler;
 use crate::unscale::unscale_on_device;
@@ -26,9 +27,9 @@ use crate::unscale::unscale_on_device;
 /// same decisions, scales and counters as a host-read run of the same steps, and the device's
 /// scale is checked against them at every full sync. What the host learns late: the loss,
 /// the skip, and the stop after `max_consecutive_skips` skips in a row (from the sync that
-/// reads it). Not on this path yet: global-norm clipping, the names of the parameters that
-/// overflowed and the skip-cause probe (they need the gradients on the host at the step);
-/// use [`LossScaler`] for them.
+/// reads it), and with [`with_overflow_names`](Self::with_overflow_names) the parameters
+/// that overflowed. Not on this path: global-norm clipping and the skip-cause probe (they
+/// need the gradients on the host at the step); use [`LossScaler`] for them.
 ///
 /// # Example
 ///
@@ -65,6 +66,16 @@ pub struct DeviceLossScaler<B: Backend> {
     device: DeviceScale<B>,
     pending: Vec<Pending<B>>,
     sync_every: usize,
+    /// Keep each parameter's finiteness flag, to name the overflowed ones at the read.
+    names: bool,
+}
+
+/// What the unscale found, on the device: the step's finiteness and, with names on, each
+/// gradient's overflow by module path.
+struct Checks<B: Backend> {
+    /// `None`: the step had no gradients.
+    finite: Option<Tensor<B, 1, Bool>>,
+    overflowed: Vec<(String, Tensor<B, 1, Bool>)>,
 }
 
 /// A step the host has not read yet.
@@ -73,6 +84,9 @@ struct Pending<B: Backend> {
     finite: Option<Tensor<B, 1, Bool>>,
     /// The mean of the scaled loss, at f32.
     loss: Option<Tensor<B, 1>>,
+    /// With [`DeviceLossScaler::with_overflow_names`]: each gradient's "holds inf or NaN",
+    /// by its parameter's module path, in module order.
+    overflowed: Vec<(String, Tensor<B, 1, Bool>)>,
 }
 
 impl<B: Backend> DeviceLossScaler<B> {
@@ -106,6 +120,7 @@ impl<B: Backend> DeviceLossScaler<B> {
             host,
             pending: Vec::new(),
             sync_every: 0,
+            names: false,
         })
     }
 
@@ -129,6 +144,38 @@ impl<B: Backend> DeviceLossScaler<B> {
             sync_every: n,
             ..self
         }
+    }
+
+    /// Names the parameters whose gradients overflowed in each skipped step's outcome
+    /// ([`StepOutcome::overflow`], as the host-read path does), learned with the step at the
+    /// read. Each step then keeps one more flag per parameter (three more ops per parameter:
+    /// off by default).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::optim::GradientsParams;
+    /// use burn::tensor::Tensor;
+    /// use burn_mpric_scale::{DeviceLossScaler, DeviceOptimizer, DeviceSgdConfig, LossScaler};
+    ///
+    /// type B = Autodiff<Flex>;
+    /// let device = Default::default();
+    /// let model: Linear<B> = LinearConfig::new(1, 1).init(&device);
+    /// let mut scaler = DeviceLossScaler::new(LossScaler::default(), &device)
+    ///     .unwrap()
+    ///     .with_overflow_names(true);
+    /// let mut grads = GradientsParams::new();
+    /// grads.register(model.weight.id, Tensor::<Flex, 2>::from_floats([[f32::NAN]], &device));
+    /// let mut optim = DeviceOptimizer::new(DeviceSgdConfig::new());
+    /// let (_, _) = scaler.step::<B, _, _, 1>(&mut optim, 1.0, model, grads, None);
+    /// let outcome = &scaler.sync().unwrap()[0];
+    /// assert_eq!(outcome.overflow.as_ref().unwrap().params, ["weight"]);
+    /// ```
+    #[must_use]
+    pub fn with_overflow_names(self, names: bool) -> Self {
+        Self { names, ..self }
     }
 
     /// How often pending steps are read (0: at [`sync`](Self::sync), and once
@@ -278,7 +325,28 @@ impl<B: Backend> DeviceLossScaler<B> {
             Ok(checked) => checked,
             Err(err) => return (module, Err(err)),
         };
-        self.apply(optim, lr, module, grads, finite, scaled_loss)
+        let overflowed = self.overflow_flags::<AB, M>(&module, std::slice::from_ref(&grads));
+        let checks = Checks { finite, overflowed };
+        self.apply(optim, lr, module, grads, checks, scaled_loss)
+    }
+
+    /// With names on, each gradient's "holds inf or NaN" flag by module path.
+    fn overflow_flags<AB, M>(
+        &self,
+        module: &M,
+        shards: &[GradientsParams],
+    ) -> Vec<(String, Tensor<B, 1, Bool>)>
+    where
+        AB: AutodiffBackend<InnerBackend = B>,
+        M: AutodiffModule<AB>,
+    {
+        if !self.names {
+            return Vec::new();
+        }
+        named_grads::<AB, M>(module, shards)
+            .into_iter()
+            .map(|(path, grad)| (path, grad.is_finite().bool_not().any()))
+            .collect()
     }
 
     /// [`step`](Self::step) for gradients held on several devices, as burn-train's
@@ -351,8 +419,23 @@ impl<B: Backend> DeviceLossScaler<B> {
             }
             shards.push((shard, device));
         }
+        let overflowed = match self.names {
+            true => {
+                let parts: Vec<GradientsParams> = shards
+                    .iter()
+                    .map(|(shard, _)| {
+                        let mut part = GradientsParams::new();
+                        copy_grads::<AB, M>(&module, shard, &mut part);
+                        part
+                    })
+                    .collect();
+                self.overflow_flags::<AB, M>(&module, &parts)
+            }
+            false => Vec::new(),
+        };
         let grads = sum_shards::<AB, M>(&module, MultiGradientsParams { grads: shards });
-        self.apply(optim, lr, module, grads, finite, scaled_loss)
+        let checks = Checks { finite, overflowed };
+        self.apply(optim, lr, module, grads, checks, scaled_loss)
     }
 
     /// The step after the unscale: the update kept or discarded by `finite`, the scale moved
@@ -363,7 +446,7 @@ impl<B: Backend> DeviceLossScaler<B> {
         lr: f64,
         module: M,
         grads: GradientsParams,
-        finite: Option<Tensor<B, 1, Bool>>,
+        checks: Checks<B>,
         scaled_loss: Option<Tensor<AB, D>>,
     ) -> (M, Result<Vec<StepOutcome>, StepError>)
     where
@@ -371,6 +454,7 @@ impl<B: Backend> DeviceLossScaler<B> {
         M: AutodiffModule<AB>,
         R: DeviceRule,
     {
+        let Checks { finite, overflowed } = checks;
         let module = match &finite {
             Some(flag) => optim.step::<AB, M>(lr, module, grads, flag.clone()),
             None => module,
@@ -384,7 +468,11 @@ impl<B: Backend> DeviceLossScaler<B> {
         };
         self.device = self.device.clone().adjust(flag);
         let loss = scaled_loss.map(|loss| loss.inner().cast(FloatDType::F32).mean());
-        self.pending.push(Pending { finite, loss });
+        self.pending.push(Pending {
+            finite,
+            loss,
+            overflowed,
+        });
         let every = match self.sync_every {
             0 => MAX_PENDING_STEPS,
             n => n.min(MAX_PENDING_STEPS),
@@ -426,6 +514,7 @@ impl<B: Backend> DeviceLossScaler<B> {
         if count == 0 && !check_scale {
             return Ok(Vec::new());
         }
+        let scale_device = self.device.scale().device();
         let mut transaction = Transaction::<B>::default();
         for step in &self.pending[..count] {
             if let Some(flag) = &step.finite {
@@ -433,6 +522,9 @@ impl<B: Backend> DeviceLossScaler<B> {
             }
             if let Some(loss) = &step.loss {
                 transaction = transaction.register(loss.clone());
+            }
+            for (_, flag) in &step.overflowed {
+                transaction = transaction.register(flag.clone().to_device(&scale_device));
             }
         }
         if check_scale {
@@ -445,6 +537,7 @@ impl<B: Backend> DeviceLossScaler<B> {
             })
         };
         let mut read: Vec<DeviceStepRead> = Vec::with_capacity(count);
+        let mut names: Vec<Vec<String>> = Vec::with_capacity(count);
         for step in &self.pending[..count] {
             let finite = match step.finite {
                 Some(_) => read_bool(next()?)?,
@@ -455,6 +548,14 @@ impl<B: Backend> DeviceLossScaler<B> {
                 None => None,
             };
             read.push((finite, loss));
+            let mut overflowed: Vec<String> = Vec::new();
+            for (path, _) in &step.overflowed {
+                // A parameter's shards on several devices share its name.
+                if read_bool(next()?)? && overflowed.last() != Some(path) {
+                    overflowed.push(path.clone());
+                }
+            }
+            names.push(overflowed);
         }
         let device_scale = match check_scale {
             true => Some(read_one::<f32>(next()?, "scale")?),
@@ -462,7 +563,14 @@ impl<B: Backend> DeviceLossScaler<B> {
         };
         self.pending.drain(..count);
         let max = self.host.max_consecutive_skips();
-        let (outcomes, stalled) = self.host.core_mut().replay(&read, max);
+        let (mut outcomes, stalled) = self.host.core_mut().replay(&read, max);
+        if self.names {
+            for (outcome, params) in outcomes.iter_mut().zip(names) {
+                if outcome.is_skipped() {
+                    outcome.overflow = Some(Overflow::new(params));
+                }
+            }
+        }
         if let Some(device) = device_scale
             && device != self.host.scale()
         {
@@ -505,4 +613,25 @@ fn sum_shards<AB: AutodiffBackend, M: AutodiffModule<AB>>(
     };
     module.visit(&mut summer);
     summer.out
+}
+
+/// Copies `from`'s gradients of `module`'s parameters into `to` (tensors are shared, not
+/// copied).
+fn copy_grads<AB: AutodiffBackend, M: AutodiffModule<AB>>(
+    module: &M,
+    from: &GradientsParams,
+    to: &mut GradientsParams,
+) {
+    struct Copier<'a> {
+        from: &'a GradientsParams,
+        to: &'a mut GradientsParams,
+    }
+    impl<AB: AutodiffBackend> ModuleVisitor<AB> for Copier<'_> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<AB, D>>) {
+            if let Some(grad) = self.from.get::<AB::InnerBackend, D>(param.id) {
+                self.to.register::<AB::InnerBackend, D>(param.id, grad);
+            }
+        }
+    }
+    module.visit(&mut Copier { from, to });
 }

@@ -450,7 +450,9 @@ where
         Some(path) => Some(
             DeviceLossScaler::new(scaler, device)
                 .map_err(|e| in_file(RecipeError::new("sync_every", e.to_string())))?
-                .with_sync_every(path.every),
+                .with_sync_every(path.every)
+                // The rows and skip lines name a skipped step's parameters, as on the host.
+                .with_overflow_names(true),
         ),
         None => None,
     };
