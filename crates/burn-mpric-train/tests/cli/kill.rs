@@ -92,9 +92,20 @@ fn temporaries(dir: &Path) -> Vec<String> {
 
 #[test]
 fn sigkill_during_training_then_resume_finishes_with_valid_files() {
-    let dir = fresh_dir("kill");
+    kill_and_resume("kill", "");
+}
+
+/// The same on the loss scaler's device path: the checkpoints hold the steps read there.
+#[test]
+fn sigkill_on_the_device_path_then_resume_equals_the_uninterrupted_run() {
+    kill_and_resume("kill-device", "sync_every = 4\n");
+}
+
+/// Kills a run three times, resumes it to the end, and compares it with a run never killed.
+fn kill_and_resume(name: &str, extra: &str) {
+    let dir = fresh_dir(name);
     let text = small_recipe(&format!(
-        "steps = {STEPS}\ncheckpoint_every = 1\npolicy = \"p=f32,c=bf16,o=f32\""
+        "steps = {STEPS}\ncheckpoint_every = 1\n{extra}policy = \"p=f32,c=bf16,o=f32\""
     ));
     let path = write_recipe(&dir, "r.toml", &text);
     let path = path.to_str().unwrap();
