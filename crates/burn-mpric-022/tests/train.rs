@@ -230,16 +230,11 @@ fn pair_loaders() -> (PairLoader, PairLoader) {
     (train, valid)
 }
 
-/// burn-train's `MultiDevice` strategy with sharded optimization (two Flex replicas) goes
-/// through `TrainStep::optimize_multi`: one scaler decision per step, parameters at f32.
-#[test]
-fn multi_device_sharded_training_runs_through_the_scaler() {
-    let device = flex();
-    let policy: ResolvedPolicy = "mixed_f16".parse().unwrap();
-    let handle = ScalerHandle::new(LossScaler::for_policy(LossScalePreset::Auto, &policy).unwrap());
-    let model = Scaled::new(Classifier::new(policy, &device), handle.clone());
+/// burn-train's `MultiDevice` strategy with sharded optimization (two Flex replicas) over
+/// `learner` for `epochs` epochs of four batches: the trained model.
+fn sharded_training(name: &str, learner: Learner<Scaled<Classifier>>, epochs: usize) -> Classifier {
     let (train, valid) = pair_loaders();
-    let dir = std::env::temp_dir().join(format!("mpric022-multi-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("mpric022-{name}-{}", std::process::id()));
     let strategy = ExecutionStrategy::MultiDevice(
         vec![Device::flex(), Device::flex()],
         MultiDeviceOptim::OptimSharded,
@@ -247,22 +242,35 @@ fn multi_device_sharded_training_runs_through_the_scaler() {
     let result = SupervisedTraining::new(&dir, train, valid)
         .with_training_strategy(TrainingStrategy::Default(strategy))
         .metric_train_numeric(LossScaleMetric::new())
-        .num_epochs(1)
-        .launch(Learner::new(model, AdamConfig::new().init(), 1e-2));
-    let stats = handle.stats();
-    assert_eq!(
-        stats.steps, 2,
-        "4 batches, one per device per step: {stats:?}"
-    );
-    assert_eq!(stats.skipped, 0);
+        .num_epochs(epochs)
+        .launch(learner);
+    let _ = std::fs::remove_dir_all(&dir);
     let model = result.model.into_inner();
     assert!(
         dtypes(&model)
             .iter()
             .all(|(stored, _)| *stored == DType::F32)
     );
+    model
+}
+
+/// The sharded strategy goes through `TrainStep::optimize_multi`: one scaler decision per
+/// step, parameters at f32.
+#[test]
+fn multi_device_sharded_training_runs_through_the_scaler() {
+    let device = flex();
+    let policy: ResolvedPolicy = "mixed_f16".parse().unwrap();
+    let handle = ScalerHandle::new(LossScaler::for_policy(LossScalePreset::Auto, &policy).unwrap());
+    let model = Scaled::new(Classifier::new(policy, &device), handle.clone());
+    let learner = Learner::new(model, AdamConfig::new().init(), 1e-2);
+    let model = sharded_training("multi", learner, 1);
+    let stats = handle.stats();
+    assert_eq!(
+        stats.steps, 2,
+        "4 batches, one per device per step: {stats:?}"
+    );
+    assert_eq!(stats.skipped, 0);
     assert_eq!(model.input.weight.val().dtype(), DType::F16);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A whole `SupervisedTraining` run at bf16 compute with the loss-scale metrics registered:
@@ -554,26 +562,9 @@ fn multi_device_sharded_training_runs_on_the_device_path() {
     let device = flex();
     let policy: ResolvedPolicy = "mixed_f16".parse().unwrap();
     let (learner, handle) = device_learner(Classifier::new(policy, &device), &policy);
-    let (train, valid) = pair_loaders();
-    let dir = std::env::temp_dir().join(format!("mpric022-multi-device-{}", std::process::id()));
-    let strategy = ExecutionStrategy::MultiDevice(
-        vec![Device::flex(), Device::flex()],
-        MultiDeviceOptim::OptimSharded,
-    );
-    let result = SupervisedTraining::new(&dir, train, valid)
-        .with_training_strategy(TrainingStrategy::Default(strategy))
-        .metric_train_numeric(LossScaleMetric::new())
-        .num_epochs(2)
-        .launch(learner);
+    sharded_training("multi-device", learner, 2);
     let stats = handle.stats();
     assert_eq!((stats.steps, stats.skipped), (4, 0), "{stats:?}");
-    let model = result.model.into_inner();
-    assert!(
-        dtypes(&model)
-            .iter()
-            .all(|(stored, _)| *stored == DType::F32)
-    );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -2,20 +2,17 @@
 //! and the handle's device state it steps through.
 
 use std::any::Any;
-use std::collections::VecDeque;
 use std::fmt;
 
-use burn::module::{AutodiffModule, ParamId};
+use burn::module::AutodiffModule;
 use burn::optim::{GradientsParams, MultiGradientsParams, Optimizer};
-use burn::tensor::Tensor;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn_mpric::scale::{
-    DeviceLossScaler, DeviceOptimizer, DeviceRule, LossScaler, StepError, StepOutcome,
+    AwaitingSteps, DeviceLossScaler, DeviceOptimizer, DeviceOptimizerRecord, DeviceRule,
+    LossScaler, StepError, StepOutcome,
 };
-use hashbrown::HashMap;
 
 use crate::ScalerHandle;
-use crate::record::StepSlot;
 
 /// A [`DeviceLossScaler`] of any backend, as the (untyped) [`ScalerHandle`] holds it.
 pub(crate) trait DeviceScaler: Send {
@@ -54,35 +51,28 @@ where
     }
 }
 
-/// The handle's device path: its scaler, the optimizer made for it, and the optimizer steps
-/// the host has not read yet, each with the slots of the training steps it applied.
+/// The handle's device path: its scaler, the optimizer made for it, and the training steps
+/// of the optimizer steps the host has not read yet.
 pub(crate) struct OnDevice {
     pub(crate) scaler: Box<dyn DeviceScaler>,
     /// The type of the optimizer made for this handle, to refuse another one.
     pub(crate) optimizer: &'static str,
-    pub(crate) awaiting: VecDeque<Vec<StepSlot>>,
-    /// A read found `max_consecutive_skips` skips in a row: the next step stops the run.
-    pub(crate) stopped: Option<String>,
+    pub(crate) awaiting: AwaitingSteps,
 }
 
 impl OnDevice {
-    /// What a read of the scaler learned: each outcome (oldest first) goes to the training
-    /// steps of its optimizer step, and a stall is kept for the next step to stop the run.
-    /// Whatever the read did, the steps still awaiting are the scaler's pending ones.
+    /// What a read of the scaler learned: each outcome to its training steps, a stall kept
+    /// for the next step to stop the run.
     pub(crate) fn learn(&mut self, read: &Result<Vec<StepOutcome>, StepError>) {
         match read {
-            Ok(outcomes) => {
-                for outcome in outcomes {
-                    for slot in self.awaiting.pop_front().unwrap_or_default() {
-                        slot.decide(outcome.clone());
-                    }
+            Ok(outcomes) => self.awaiting.decide(outcomes, self.scaler.pending()),
+            Err(err) => {
+                if let StepError::Stalled { .. } = err {
+                    self.awaiting.stop(err.to_string());
                 }
+                self.awaiting.decide(&[], self.scaler.pending());
             }
-            Err(err @ StepError::Stalled { .. }) => self.stopped = Some(err.to_string()),
-            Err(_) => {}
         }
-        let read = self.awaiting.len().saturating_sub(self.scaler.pending());
-        self.awaiting.drain(..read);
     }
 
     /// The typed scaler: the handle's device path was made for `B`, or the caller mixed two
@@ -158,7 +148,7 @@ impl<R: DeviceRule, AB: AutodiffBackend> Clone for ScaledDeviceOptimizer<R, AB> 
 }
 
 /// The device optimizer's state as a Burn record: each parameter's state tensors, at f32.
-pub type ScaledDeviceOptimizerRecord<AB> = HashMap<ParamId, Vec<Tensor<AB, 1>>>;
+pub type ScaledDeviceOptimizerRecord<AB> = DeviceOptimizerRecord<AB>;
 
 impl<R, AB, M> Optimizer<M, AB> for ScaledDeviceOptimizer<R, AB>
 where
@@ -183,21 +173,13 @@ where
     }
 
     fn to_record(&self) -> Self::Record {
-        self.optim
-            .to_record()
-            .into_iter()
-            .map(|(id, state)| (id, state.into_iter().map(Tensor::from_inner).collect()))
-            .collect()
+        self.optim.to_autodiff_record()
     }
 
     fn load_record(self, record: Self::Record) -> Self {
-        let record = record
-            .into_iter()
-            .map(|(id, state)| (id, state.into_iter().map(Tensor::inner).collect()))
-            .collect();
         Self {
             handle: self.handle,
-            optim: self.optim.load_record(record),
+            optim: self.optim.load_autodiff_record(record),
         }
     }
 }

@@ -2,7 +2,6 @@
 //! its decision.
 
 use std::any::{Any, type_name};
-use std::collections::VecDeque;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -14,8 +13,8 @@ use burn::optim::{GradientsParams, MultiGradientsParams};
 use burn::tensor::Tensor;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn_mpric::scale::{
-    DataParallel, DeviceLossScaler, DeviceRule, LossScaler, LossScalerRecord, ScalerStats,
-    StateError, StepError, StepOutcome,
+    AwaitingSteps, DataParallel, DeviceLossScaler, DeviceRule, LossScaler, LossScalerRecord,
+    ScalerStats, StateError, StepError, StepOutcome,
 };
 
 use crate::device::{OnDevice, ScaledDeviceOptimizer};
@@ -196,8 +195,7 @@ impl ScalerHandle {
         shared.device = Some(OnDevice {
             scaler: Box::new(scaler),
             optimizer: type_name::<ScaledDeviceOptimizer<R, AB>>(),
-            awaiting: VecDeque::new(),
-            stopped: None,
+            awaiting: AwaitingSteps::default(),
         });
         drop(shared);
         Ok(ScaledDeviceOptimizer::new(self.clone(), rule))
@@ -245,7 +243,7 @@ impl ScalerHandle {
     pub(crate) fn settle_and_check(&self) {
         let mut guard = self.lock();
         Self::settle(&mut guard);
-        if let Some(stop) = guard.device.as_mut().and_then(|d| d.stopped.take()) {
+        if let Some(stop) = guard.device.as_mut().and_then(|d| d.awaiting.take_stop()) {
             drop(guard);
             panic!("the run stopped: {stop}");
         }
@@ -354,7 +352,6 @@ impl ScalerHandle {
                 return Ok(());
             }
             device.awaiting.clear();
-            device.stopped = None;
         }
         shared.scaler = restored;
         shared.pending.clear();
@@ -436,18 +433,18 @@ impl ScalerHandle {
             drop(guard);
             panic!("a ScaledDeviceOptimizer steps a ScalerHandle that left the device path");
         };
-        if let Some(stop) = device.stopped.take() {
+        if let Some(stop) = device.awaiting.take_stop() {
             drop(guard);
             panic!("the run stopped: {stop}");
         }
         let slots = std::mem::take(&mut shared.pending);
-        device.awaiting.push_back(slots);
+        device.awaiting.push(slots);
         let (module, read) = step(device.scaler::<AB::InnerBackend>());
         device.learn(&read);
         shared.scaler = device.scaler.host();
         match read {
             Err(StepError::Stalled { .. }) => {
-                let stop = device.stopped.take().unwrap_or_default();
+                let stop = device.awaiting.take_stop().unwrap_or_default();
                 drop(guard);
                 panic!("the run stopped: {stop}")
             }

@@ -1,7 +1,7 @@
 //! The optimizers a recipe names, built and handed to work that is generic over their type.
 
 use burn::backend::Autodiff;
-use burn::module::{Module, ModuleVisitor, Param, ParamId};
+use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::decay::WeightDecayConfig;
 use burn::optim::momentum::MomentumConfig;
 use burn::optim::{
@@ -12,10 +12,9 @@ use burn::tensor::{Bool, Tensor};
 use burn_mpric::MixedPrecision;
 use burn_mpric_optim::{LowPrecisionOptimizer, OptimizerPrecision, store_params};
 use burn_mpric_scale::{
-    AnyDeviceRule, DeviceAdamConfig, DeviceAdamWConfig, DeviceOptimizer, DeviceRule,
-    DeviceSgdConfig,
+    AnyDeviceRule, DeviceAdamConfig, DeviceAdamWConfig, DeviceOptimizer, DeviceOptimizerRecord,
+    DeviceRule, DeviceSgdConfig,
 };
-use hashbrown::HashMap;
 
 use crate::models::Model;
 use crate::recipe::{OptimizerConfig, Recipe};
@@ -140,7 +139,7 @@ pub(crate) struct DeviceOptim<B: Backend>(
 );
 
 impl<B: Backend> Optimizer<Model<Ad<B>>, Ad<B>> for DeviceOptim<B> {
-    type Record = HashMap<ParamId, Vec<Tensor<Ad<B>, 1>>>;
+    type Record = DeviceOptimizerRecord<Ad<B>>;
 
     fn step(&mut self, lr: f64, module: Model<Ad<B>>, grads: GradientsParams) -> Model<Ad<B>> {
         let Some(device) = module.devices().into_iter().next() else {
@@ -161,19 +160,11 @@ impl<B: Backend> Optimizer<Model<Ad<B>>, Ad<B>> for DeviceOptim<B> {
     }
 
     fn to_record(&self) -> Self::Record {
-        self.0
-            .to_record()
-            .into_iter()
-            .map(|(id, state)| (id, state.into_iter().map(Tensor::from_inner).collect()))
-            .collect()
+        self.0.to_autodiff_record()
     }
 
     fn load_record(self, record: Self::Record) -> Self {
-        let record = record
-            .into_iter()
-            .map(|(id, state)| (id, state.into_iter().map(Tensor::inner).collect()))
-            .collect();
-        Self(self.0.load_record(record))
+        Self(self.0.load_autodiff_record(record))
     }
 }
 

@@ -1,44 +1,35 @@
 //! The Learner on the device path: the handle's device state, and [`DevicePathOptimizer`],
 //! the optimizer burn-train holds in its place.
 
-use std::collections::VecDeque;
 use std::fmt;
 
 use burn::optim::Optimizer;
 use burn::tensor::{Device, Tensor};
-use burn_mpric_core::scale::{AnyDeviceRule, StepOutcome};
+use burn_mpric_core::scale::{AnyDeviceRule, AwaitingSteps, StepOutcome};
 
-use super::record::StepSlot;
 use crate::{DeviceLossScaler, DeviceOptimizer, StepError};
 
 /// The handle's device path: the scaler and the optimizer that step on the device, and the
-/// optimizer steps the host has not read yet, each with the slots of its training steps.
+/// training steps of the optimizer steps the host has not read yet.
 pub(crate) struct OnDevice {
     pub(crate) scaler: DeviceLossScaler,
     pub(crate) optim: DeviceOptimizer<AnyDeviceRule>,
-    pub(crate) awaiting: VecDeque<Vec<StepSlot>>,
-    /// A read found `max_consecutive_skips` skips in a row: the next step stops the run.
-    pub(crate) stopped: Option<String>,
+    pub(crate) awaiting: AwaitingSteps,
 }
 
 impl OnDevice {
-    /// What a read of the scaler learned: each outcome (oldest first) goes to the training
-    /// steps of its optimizer step, and a stall is kept for the next step to stop the run.
-    /// Whatever the read did, the steps still awaiting are the scaler's pending ones.
+    /// What a read of the scaler learned: each outcome to its training steps, a stall kept
+    /// for the next step to stop the run.
     pub(crate) fn learn(&mut self, read: &Result<Vec<StepOutcome>, StepError>) {
         match read {
-            Ok(outcomes) => {
-                for outcome in outcomes {
-                    for slot in self.awaiting.pop_front().unwrap_or_default() {
-                        slot.decide(outcome.clone());
-                    }
+            Ok(outcomes) => self.awaiting.decide(outcomes, self.scaler.pending()),
+            Err(err) => {
+                if let StepError::Stalled { .. } = err {
+                    self.awaiting.stop(err.to_string());
                 }
+                self.awaiting.decide(&[], self.scaler.pending());
             }
-            Err(err @ StepError::Stalled { .. }) => self.stopped = Some(err.to_string()),
-            Err(_) => {}
         }
-        let read = self.awaiting.len().saturating_sub(self.scaler.pending());
-        self.awaiting.drain(..read);
     }
 }
 

@@ -2,14 +2,13 @@
 //! decision.
 
 use std::any::Any;
-use std::collections::VecDeque;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use burn::module::Module;
 use burn::optim::{GradientsParams, ModuleOptimizer, MultiGradientsParams};
 use burn::tensor::{Device, Tensor};
-use burn_mpric_core::scale::{AnyDeviceRule, ScalerStats, StepOutcome};
+use burn_mpric_core::scale::{AnyDeviceRule, AwaitingSteps, ScalerStats, StepOutcome};
 
 use super::device::{DevicePathOptimizer, OnDevice};
 use super::record::StepSlot;
@@ -191,7 +190,6 @@ impl ScalerHandle {
                 Ok(restarted) => {
                     device.scaler = restarted.with_sync_every(device.scaler.sync_every());
                     device.awaiting.clear();
-                    device.stopped = None;
                 }
                 Err(err) => {
                     shared.last_error = Some(format!("{err}: the loss scaler keeps its state"));
@@ -287,8 +285,7 @@ impl ScalerHandle {
         shared.device = Some(OnDevice {
             scaler,
             optim: DeviceOptimizer::new(rule.into()),
-            awaiting: VecDeque::new(),
-            stopped: None,
+            awaiting: AwaitingSteps::default(),
         });
         Ok(DevicePathOptimizer.into())
     }
@@ -403,7 +400,7 @@ impl ScalerHandle {
             drop(guard);
             panic!("a device-path step on a ScalerHandle that is not on the device path");
         };
-        if let Some(stop) = device.stopped.take() {
+        if let Some(stop) = device.awaiting.take_stop() {
             drop(guard);
             panic!("the run stopped: {stop}");
         }
@@ -422,7 +419,7 @@ impl ScalerHandle {
             }
         };
         let slots = std::mem::take(&mut shared.pending);
-        device.awaiting.push_back(slots);
+        device.awaiting.push(slots);
         let optim = &mut device.optim;
         let (module, read) = match grads {
             DeviceGrads::One(g) => device.scaler.step::<M, _, 1>(optim, lr, module, g, None),
@@ -434,7 +431,7 @@ impl ScalerHandle {
         shared.scaler = *device.scaler.host();
         match read {
             Err(StepError::Stalled { .. }) => {
-                let stop = device.stopped.take().unwrap_or_default();
+                let stop = device.awaiting.take_stop().unwrap_or_default();
                 drop(guard);
                 panic!("the run stopped: {stop}")
             }

@@ -57,5 +57,5 @@ pub use record::{
 };
 pub use state::ScalerState;
 pub use static_scale::StaticLossScale;
-pub use step_record::{ScaleRecord, StepSlot};
+pub use step_record::{AwaitingSteps, ScaleRecord, StepSlot};
 pub use unscale::{inverse_scale, unscale_dtype};

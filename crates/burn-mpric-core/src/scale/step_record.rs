@@ -1,7 +1,9 @@
 //! [`ScaleRecord`] and [`StepSlot`]: what loss scaling did in one training step, as a
-//! training framework's per-step metrics item carries it (both editions' burn-train
+//! training framework's per-step metrics item carries it, and [`AwaitingSteps`]: the slots
+//! of steps taken on the device path and not read yet (both editions' burn-train
 //! integrations use them).
 
+use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock};
 
 use super::outcome::StepOutcome;
@@ -145,5 +147,74 @@ impl StepSlot {
             outcome,
             ..ScaleRecord::undecided(scale_used, self.skipped_before)
         }
+    }
+}
+
+/// The training steps of the optimizer steps taken on the device path and not read yet: one
+/// list of [`StepSlot`]s per optimizer step (several with gradient accumulation or several
+/// devices), oldest first, and a stop a read found. A read's outcomes go to their optimizer
+/// steps' slots in order.
+///
+/// ```
+/// use burn_mpric_core::scale::{AwaitingSteps, ScalerState, StepSlot};
+///
+/// let mut awaiting = AwaitingSteps::default();
+/// let (first, second) = (StepSlot::new(4.0, 0), StepSlot::new(4.0, 0));
+/// awaiting.push(vec![first.clone()]);
+/// awaiting.push(vec![second.clone()]);
+/// // One step read, the newest still pending on the device.
+/// awaiting.decide(&[ScalerState::noop().update(false)], 1);
+/// assert!(first.read().is_skipped());
+/// assert!(second.read().outcome.is_none());
+/// assert_eq!(awaiting.len(), 1);
+/// ```
+#[derive(Debug, Default)]
+pub struct AwaitingSteps {
+    steps: VecDeque<Vec<StepSlot>>,
+    stop: Option<String>,
+}
+
+impl AwaitingSteps {
+    /// The slots of the optimizer step just taken.
+    pub fn push(&mut self, slots: Vec<StepSlot>) {
+        self.steps.push_back(slots);
+    }
+
+    /// Hands each outcome read (oldest first) to its optimizer step's slots; whatever the
+    /// read did, the steps kept are the newest `pending` (those the device still holds).
+    pub fn decide(&mut self, outcomes: &[StepOutcome], pending: usize) {
+        for outcome in outcomes {
+            for slot in self.steps.pop_front().unwrap_or_default() {
+                slot.decide(outcome.clone());
+            }
+        }
+        let read = self.steps.len().saturating_sub(pending);
+        self.steps.drain(..read);
+    }
+
+    /// A read found a stall: the next step stops the run with `why`.
+    pub fn stop(&mut self, why: String) {
+        self.stop = Some(why);
+    }
+
+    /// The stop a read found, once.
+    pub fn take_stop(&mut self) -> Option<String> {
+        self.stop.take()
+    }
+
+    /// Forgets every step and the stop (a restored checkpoint starts over).
+    pub fn clear(&mut self) {
+        self.steps.clear();
+        self.stop = None;
+    }
+
+    /// Optimizer steps not read yet.
+    pub fn len(&self) -> usize {
+        self.steps.len()
+    }
+
+    /// Whether every optimizer step was read.
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty()
     }
 }

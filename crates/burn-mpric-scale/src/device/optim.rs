@@ -194,6 +194,44 @@ impl<R: DeviceRule, B: Backend> DeviceOptimizer<R, B> {
         self.states = record;
         self
     }
+
+    /// [`to_record`](Self::to_record) on the autodiff backend over `B`, where a Burn
+    /// `Optimizer`'s record lives (its tensors untracked).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn_mpric_scale::{DeviceAdamConfig, DeviceOptimizer};
+    ///
+    /// let optim = DeviceOptimizer::<_, Flex>::new(DeviceAdamConfig::new());
+    /// let record = optim.to_autodiff_record::<Autodiff<Flex>>();
+    /// let restored = DeviceOptimizer::<_, Flex>::new(DeviceAdamConfig::new()).load_autodiff_record(record);
+    /// assert!(restored.to_record().is_empty());
+    /// ```
+    pub fn to_autodiff_record<AB>(&self) -> DeviceOptimizerRecord<AB>
+    where
+        AB: AutodiffBackend<InnerBackend = B>,
+    {
+        self.states
+            .iter()
+            .map(|(id, state)| (*id, state.iter().cloned().map(Tensor::from_inner).collect()))
+            .collect()
+    }
+
+    /// [`load_record`](Self::load_record) from a record on the autodiff backend over `B`
+    /// ([`to_autodiff_record`](Self::to_autodiff_record)).
+    #[must_use]
+    pub fn load_autodiff_record<AB>(self, record: DeviceOptimizerRecord<AB>) -> Self
+    where
+        AB: AutodiffBackend<InnerBackend = B>,
+    {
+        let record = record
+            .into_iter()
+            .map(|(id, state)| (id, state.into_iter().map(Tensor::inner).collect()))
+            .collect();
+        self.load_record(record)
+    }
 }
 
 /// Groups a loaded record's parameters by their one-element state, read once (a load is

@@ -312,24 +312,25 @@ struct OnDevice<B: Backend, O> {
     ) -> (Model<Ad<B>>, Result<Vec<StepOutcome>, StepError>),
 }
 
-/// A step taken on the device path and not read yet: what its metrics row needs besides
-/// its outcome.
-struct Unread<B: Backend> {
+/// What a step's metrics row says besides its outcome, known when the step is taken.
+struct StepInfo {
     step: u64,
     epoch: u64,
     lr: f64,
+    /// Predictions the step's accuracy counts over.
     predictions: usize,
     took: Duration,
+}
+
+/// A step taken on the device path and not read yet.
+struct Unread<B: Backend> {
+    info: StepInfo,
     correct: Option<Tensor<Ad<B>, 1, Int>>,
 }
 
 /// A step whose outcome the host knows: what its metrics row is made of.
 struct Decided {
-    step: u64,
-    epoch: u64,
-    lr: f64,
-    predictions: usize,
-    took: Duration,
+    info: StepInfo,
     outcome: StepOutcome,
     correct: Option<i64>,
     cause: Option<SkipCause>,
@@ -372,11 +373,7 @@ fn decide<B: Backend>(
                     None => None,
                 };
             Ok(Decided {
-                step: s.step,
-                epoch: s.epoch,
-                lr: s.lr,
-                predictions: s.predictions,
-                took: s.took,
+                info: s.info,
                 outcome,
                 correct,
                 cause: None,
@@ -510,17 +507,20 @@ where
             || recipe
                 .checkpoint_every
                 .is_some_and(|every| step % every == 0);
+        let info = || StepInfo {
+            step,
+            epoch: sampler.position().epoch,
+            lr,
+            predictions,
+            took: t0.elapsed(),
+        };
         let decided = match (&on_device, device_scaler.as_mut()) {
             (Some(path), Some(device)) => {
                 let (next, learned) =
                     (path.step)(device, &mut optim, lr, model, grads, scaled_loss);
                 model = next;
                 unread.push_back(Unread {
-                    step,
-                    epoch: sampler.position().epoch,
-                    lr,
-                    predictions,
-                    took: t0.elapsed(),
+                    info: info(),
                     correct,
                 });
                 let mut learned = learned.map_err(|source| Error::Step { step, source })?;
@@ -558,11 +558,7 @@ where
                     _ => None,
                 };
                 vec![Decided {
-                    step,
-                    epoch: sampler.position().epoch,
-                    lr,
-                    predictions,
-                    took: t0.elapsed(),
+                    info: info(),
                     outcome,
                     correct: correct.map(read_count),
                     cause,
@@ -573,15 +569,22 @@ where
         let read = !decided.is_empty();
         let mut stop_reason = None;
         for d in decided {
+            let StepInfo {
+                step: at,
+                epoch,
+                lr,
+                predictions,
+                took,
+            } = d.info;
             let row = step_row(
-                (d.step, d.epoch, d.lr),
+                (at, epoch, lr),
                 &d.outcome,
-                d.correct.map(|c| c as f32 / d.predictions as f32),
+                d.correct.map(|c| c as f32 / predictions as f32),
                 d.cause.as_ref(),
-                d.took,
+                took,
             );
             if is_main && options.log && d.outcome.is_skipped() {
-                bar.suspend(|| eprintln!("{}", skip_line(d.step, &d.outcome, d.cause.as_ref())));
+                bar.suspend(|| eprintln!("{}", skip_line(at, &d.outcome, d.cause.as_ref())));
             }
             bar.set_message(progress_message(&row));
             let skipped = row.skipped;
@@ -593,15 +596,12 @@ where
             let skips_in_a_row = d.outcome.stats.consecutive_skipped;
             if on_device.is_none() && !skipped && !model.params_finite()? {
                 stop_reason = Some((
-                    d.step,
-                    format!(
-                        "the optimizer step (lr {:e}) left non-finite parameters",
-                        d.lr
-                    ),
+                    at,
+                    format!("the optimizer step (lr {lr:e}) left non-finite parameters"),
                 ));
             } else if skips_in_a_row >= max_skips {
                 stop_reason = Some((
-                    d.step,
+                    at,
                     format!(
                         "{skips_in_a_row} steps in a row were skipped for non-finite gradients (max_consecutive_skips = {max_skips}; loss scale now {:e}){}",
                         d.outcome.next_scale,
