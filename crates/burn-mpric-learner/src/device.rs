@@ -1,105 +1,17 @@
 //! The Learner on the device path: [`ScaledDeviceOptimizer`], the optimizer burn-train steps,
-//! and the handle's device state it steps through.
+//! and [`ScalerHandle::device_optimizer`], which makes it.
 
-use std::any::Any;
-use std::fmt;
+use std::any::type_name;
 
 use burn::module::AutodiffModule;
 use burn::optim::{GradientsParams, MultiGradientsParams, Optimizer};
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::backend::AutodiffBackend;
 use burn_mpric::scale::{
-    AwaitingSteps, DeviceLossScaler, DeviceOptimizer, DeviceOptimizerRecord, DeviceRule,
-    LossScaler, StepError, StepOutcome,
+    AwaitingSteps, DeviceLossScaler, DeviceOptimizer, DeviceOptimizerRecord, DeviceRule, StepError,
 };
 
 use crate::ScalerHandle;
-
-/// A [`DeviceLossScaler`] of any backend, as the (untyped) [`ScalerHandle`] holds it.
-pub(crate) trait DeviceScaler: Send {
-    fn sync(&mut self) -> Result<Vec<StepOutcome>, StepError>;
-    fn host(&self) -> LossScaler;
-    fn pending(&self) -> usize;
-    /// Starts over from `host` (a restored checkpoint's scaler); pending steps are dropped.
-    fn restart(&mut self, host: LossScaler) -> Result<(), StepError>;
-    fn as_any(&mut self) -> &mut dyn Any;
-}
-
-impl<B: Backend> DeviceScaler for DeviceLossScaler<B>
-where
-    DeviceLossScaler<B>: Send,
-{
-    fn sync(&mut self) -> Result<Vec<StepOutcome>, StepError> {
-        DeviceLossScaler::sync(self)
-    }
-
-    fn host(&self) -> LossScaler {
-        *DeviceLossScaler::host(self)
-    }
-
-    fn pending(&self) -> usize {
-        DeviceLossScaler::pending(self)
-    }
-
-    fn restart(&mut self, host: LossScaler) -> Result<(), StepError> {
-        let device = self.device_scale().scale().device();
-        *self = DeviceLossScaler::new(host, &device)?.with_sync_every(self.sync_every());
-        Ok(())
-    }
-
-    fn as_any(&mut self) -> &mut dyn Any {
-        self
-    }
-}
-
-/// The handle's device path: its scaler, the optimizer made for it, and the training steps
-/// of the optimizer steps the host has not read yet.
-pub(crate) struct OnDevice {
-    pub(crate) scaler: Box<dyn DeviceScaler>,
-    /// The type of the optimizer made for this handle, to refuse another one.
-    pub(crate) optimizer: &'static str,
-    pub(crate) awaiting: AwaitingSteps,
-}
-
-impl OnDevice {
-    /// What a read of the scaler learned: each outcome to its training steps, a stall kept
-    /// for the next step to stop the run.
-    pub(crate) fn learn(&mut self, read: &Result<Vec<StepOutcome>, StepError>) {
-        match read {
-            Ok(outcomes) => self.awaiting.decide(outcomes, self.scaler.pending()),
-            Err(err) => {
-                if let StepError::Stalled { .. } = err {
-                    self.awaiting.stop(err.to_string());
-                }
-                self.awaiting.decide(&[], self.scaler.pending());
-            }
-        }
-    }
-
-    /// The typed scaler: the handle's device path was made for `B`, or the caller mixed two
-    /// backends in one handle.
-    pub(crate) fn scaler<B: Backend>(&mut self) -> &mut DeviceLossScaler<B> {
-        self.scaler
-            .as_any()
-            .downcast_mut::<DeviceLossScaler<B>>()
-            .unwrap_or_else(|| {
-                panic!(
-                    "this ScalerHandle's device path was made for another backend than {}",
-                    std::any::type_name::<B>()
-                )
-            })
-    }
-}
-
-impl fmt::Debug for OnDevice {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "on the device ({}, {} optimizer steps unread)",
-            self.optimizer,
-            self.awaiting.len()
-        )
-    }
-}
+use crate::on_device::OnDevice;
 
 /// The optimizer a [`Scaled`](crate::Scaled) model's `Learner` steps on the device path
 /// ([`ScalerHandle::device_optimizer`]): each optimizer step unscales the gradients on the
@@ -181,5 +93,68 @@ where
             handle: self.handle,
             optim: self.optim.load_autodiff_record(record),
         }
+    }
+}
+
+impl ScalerHandle {
+    /// Puts every model sharing this handle on the device path and returns the optimizer to
+    /// hand burn-train's `Learner`: the skip is decided on the device, the scale and its
+    /// counters live there, and nothing is read between backward and the update (see
+    /// [`ScaledDeviceOptimizer`]). `rule` is the update (`DeviceAdamConfig`,
+    /// `DeviceAdamWConfig`, `DeviceSgdConfig`); the scaler's state moves to `device`.
+    ///
+    /// The host learns the steps later, all pending ones in one read: every `sync_every`
+    /// steps, one step behind (`0`: only at the syncs below, and once
+    /// [`MAX_PENDING_STEPS`](burn_mpric::scale::MAX_PENDING_STEPS) are pending); before each
+    /// validation epoch (burn-train calls `valid()`), at each checkpoint (the record holds the
+    /// scaler as of every step), and whenever the handle is asked ([`sync`](Self::sync),
+    /// [`scale`](Self::scale), [`stats`](Self::stats), [`snapshot`](Self::snapshot)). What
+    /// comes late: the per-step metrics ([`ScaleRecord`](crate::ScaleRecord)s of steps not
+    /// read yet show the scaler as of the last read, undecided), the names of a skipped
+    /// step's overflowed parameters (kept as one flag per parameter, read with the step),
+    /// and the stop after `max_consecutive_skips` skips in a row (at the read that finds it).
+    /// Not on this path: gradient clipping and the skip-cause probe (they need the gradients
+    /// on the host at the step).
+    ///
+    /// Fails with [`StepError::NotOnDevice`] when the scaler clips gradients or its growth or
+    /// backoff factor is not exact in f32, or when the handle is on the device path already.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn_mpric::scale::{DeviceSgdConfig, LossScaler};
+    /// use burn_mpric_learner::ScalerHandle;
+    ///
+    /// type B = Autodiff<Flex>;
+    /// let handle = ScalerHandle::new(LossScaler::default());
+    /// let device = Default::default();
+    /// let optim = handle.device_optimizer::<B, _>(DeviceSgdConfig::new(), &device, 10).unwrap();
+    /// // One device optimizer per handle.
+    /// assert!(handle.device_optimizer::<B, _>(DeviceSgdConfig::new(), &device, 10).is_err());
+    /// # drop(optim);
+    /// ```
+    pub fn device_optimizer<AB, R>(
+        &self,
+        rule: R,
+        device: &burn::tensor::Device<AB::InnerBackend>,
+        sync_every: usize,
+    ) -> Result<ScaledDeviceOptimizer<R, AB>, StepError>
+    where
+        AB: AutodiffBackend,
+        R: DeviceRule,
+    {
+        self.enter_device_path(|host| {
+            // `OverflowedParamsMetric` names a skipped step's parameters, as on the host.
+            let scaler = DeviceLossScaler::<AB::InnerBackend>::new(host, device)?
+                .with_sync_every(sync_every)
+                .with_overflow_names(true);
+            Ok(OnDevice {
+                scaler: Box::new(scaler),
+                optimizer: type_name::<ScaledDeviceOptimizer<R, AB>>(),
+                awaiting: AwaitingSteps::default(),
+            })
+        })?;
+        Ok(ScaledDeviceOptimizer::new(self.clone(), rule))
     }
 }

@@ -1,7 +1,7 @@
 //! [`ScalerHandle`]: one loss scaler shared by a model's clones, and the steps waiting for
 //! its decision.
 
-use std::any::{Any, type_name};
+use std::any::Any;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -13,11 +13,11 @@ use burn::optim::{GradientsParams, MultiGradientsParams};
 use burn::tensor::Tensor;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn_mpric::scale::{
-    AwaitingSteps, DataParallel, DeviceLossScaler, DeviceRule, LossScaler, LossScalerRecord,
-    ScalerStats, StateError, StepError, StepOutcome,
+    DataParallel, DeviceLossScaler, LossScaler, LossScalerRecord, ScalerStats, StateError,
+    StepError, StepOutcome,
 };
 
-use crate::device::{OnDevice, ScaledDeviceOptimizer};
+use crate::on_device::OnDevice;
 use crate::record::StepSlot;
 
 /// A [`LossScaler`] shared between the training steps and the optimizer steps (burn-train
@@ -134,53 +134,12 @@ impl ScalerHandle {
         self.lock().parallel.take()
     }
 
-    /// Puts every model sharing this handle on the device path and returns the optimizer to
-    /// hand burn-train's `Learner`: the skip is decided on the device, the scale and its
-    /// counters live there, and nothing is read between backward and the update (see
-    /// [`ScaledDeviceOptimizer`]). `rule` is the update (`DeviceAdamConfig`,
-    /// `DeviceAdamWConfig`, `DeviceSgdConfig`); the scaler's state moves to `device`.
-    ///
-    /// The host learns the steps later, all pending ones in one read: every `sync_every`
-    /// steps, one step behind (`0`: only at the syncs below, and once
-    /// [`MAX_PENDING_STEPS`](burn_mpric::scale::MAX_PENDING_STEPS) are pending); before each
-    /// validation epoch (burn-train calls `valid()`), at each checkpoint (the record holds the
-    /// scaler as of every step), and whenever the handle is asked ([`sync`](Self::sync),
-    /// [`scale`](Self::scale), [`stats`](Self::stats), [`snapshot`](Self::snapshot)). What
-    /// comes late: the per-step metrics ([`ScaleRecord`](crate::ScaleRecord)s of steps not
-    /// read yet show the scaler as of the last read, undecided), the names of a skipped
-    /// step's overflowed parameters (kept as one flag per parameter, read with the step),
-    /// and the stop after `max_consecutive_skips` skips in a row (at the read that finds it).
-    /// Not on this path: gradient clipping and the skip-cause probe (they need the gradients
-    /// on the host at the step).
-    ///
-    /// Fails with [`StepError::NotOnDevice`] when the scaler clips gradients or its growth or
-    /// backoff factor is not exact in f32, or when the handle is on the device path already.
-    ///
-    /// # Example
-    ///
-    /// ```
-    /// use burn::backend::{Autodiff, Flex};
-    /// use burn_mpric::scale::{DeviceSgdConfig, LossScaler};
-    /// use burn_mpric_learner::ScalerHandle;
-    ///
-    /// type B = Autodiff<Flex>;
-    /// let handle = ScalerHandle::new(LossScaler::default());
-    /// let device = Default::default();
-    /// let optim = handle.device_optimizer::<B, _>(DeviceSgdConfig::new(), &device, 10).unwrap();
-    /// // One device optimizer per handle.
-    /// assert!(handle.device_optimizer::<B, _>(DeviceSgdConfig::new(), &device, 10).is_err());
-    /// # drop(optim);
-    /// ```
-    pub fn device_optimizer<AB, R>(
+    /// Puts the handle on the device path with the scaler `make` builds from the host's
+    /// (see [`device_optimizer`](Self::device_optimizer)); refused when it is on it already.
+    pub(crate) fn enter_device_path(
         &self,
-        rule: R,
-        device: &burn::tensor::Device<AB::InnerBackend>,
-        sync_every: usize,
-    ) -> Result<ScaledDeviceOptimizer<R, AB>, StepError>
-    where
-        AB: AutodiffBackend,
-        R: DeviceRule,
-    {
+        make: impl FnOnce(LossScaler) -> Result<OnDevice, StepError>,
+    ) -> Result<(), StepError> {
         let mut shared = self.lock();
         if shared.device.is_some() {
             return Err(StepError::NotOnDevice(
@@ -188,17 +147,8 @@ impl ScalerHandle {
                     .into(),
             ));
         }
-        // `OverflowedParamsMetric` names a skipped step's parameters, as on the host.
-        let scaler = DeviceLossScaler::<AB::InnerBackend>::new(shared.scaler, device)?
-            .with_sync_every(sync_every)
-            .with_overflow_names(true);
-        shared.device = Some(OnDevice {
-            scaler: Box::new(scaler),
-            optimizer: type_name::<ScaledDeviceOptimizer<R, AB>>(),
-            awaiting: AwaitingSteps::default(),
-        });
-        drop(shared);
-        Ok(ScaledDeviceOptimizer::new(self.clone(), rule))
+        shared.device = Some(make(shared.scaler)?);
+        Ok(())
     }
 
     /// Whether the handle's models step on the device path

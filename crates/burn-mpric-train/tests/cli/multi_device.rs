@@ -121,6 +121,25 @@ fn two_replicas_follow_the_single_device_run(name: &str, strategy: &str) {
         b.eval[b.eval.len() - 1].loss.unwrap(),
     );
     assert!((ea - eb).abs() <= 2e-2 * ea, "held-out {ea} vs {eb}");
+    if !ddp {
+        // The replicas with the skip decided on the device, read every 5 steps: the same
+        // decisions, one row per step.
+        run_ok(
+            &dir,
+            &[
+                "train",
+                multi.to_str().unwrap(),
+                "-q",
+                "--set",
+                "output=on-device",
+                "--set",
+                "sync_every=5",
+            ],
+        );
+        let c = metrics(&dir.join("on-device"));
+        assert_eq!(c.steps.len(), 40);
+        assert_eq!(decisions(&c.steps), decisions(&a.steps));
+    }
 }
 
 #[test]

@@ -310,10 +310,26 @@ lr = 0.01
             .map(|r| r.step)
             .collect()
     };
+    // The same with the skip decided on each process's device and read every 3 steps: the
+    // flag comes from the summed gradients, the same on every process.
+    run_ok(
+        &dir,
+        &[
+            "launch",
+            "2",
+            path,
+            "-q",
+            "--set",
+            "output=three",
+            "--set",
+            "sync_every=3",
+        ],
+    );
     let (one, two) = (metrics(&dir.join("one")), metrics(&dir.join("two")));
     // Once per epoch, where the poisoned example falls.
     assert_eq!(skips(&two).len(), 4, "{:?}", skips(&two));
     assert_eq!(skips(&one), skips(&two));
+    assert_eq!(skips(&metrics(&dir.join("three"))), skips(&one));
     assert!(
         out.contains(
             "[rank 1] rank 1 of 2: steps 0 -> 32, skipped steps 4, final loss scale 32768"
