@@ -550,6 +550,15 @@ fn a_device_path_learner_resumed_from_its_records_equals_the_uninterrupted_run()
     resumed_handle.load_device_optimizer_record(record).unwrap();
     steps(&mut resumed, 3..6);
 
+    // The restored device path still names a skipped step's overflowed parameters.
+    let outcomes = resumed_handle.sync().unwrap();
+    assert!(outcomes[1].is_skipped());
+    assert!(
+        outcomes[1]
+            .overflow
+            .as_ref()
+            .is_some_and(|o| !o.params.is_empty())
+    );
     assert_eq!(resumed_handle.snapshot(), whole_handle.snapshot());
     assert_eq!(resumed_handle.stats().skipped, 2);
     assert_eq!(param_bits(&resumed.model()), param_bits(&whole.model()));

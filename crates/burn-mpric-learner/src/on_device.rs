@@ -35,7 +35,9 @@ where
 
     fn restart(&mut self, host: LossScaler) -> Result<(), StepError> {
         let device = self.device_scale().scale().device();
-        *self = DeviceLossScaler::new(host, &device)?.with_sync_every(self.sync_every());
+        *self = DeviceLossScaler::new(host, &device)?
+            .with_sync_every(self.sync_every())
+            .with_overflow_names(self.overflow_names());
         Ok(())
     }
 

@@ -14,7 +14,7 @@ use burn::optim::{AdamConfig, Optimizer};
 use burn::train::metric::LossMetric;
 use burn::train::{Learner, MultiDeviceOptim};
 use burn_mpric::instrument::{Instrumented, record};
-use burn_mpric::scale::DeviceAdamConfig;
+use burn_mpric::scale::{DeviceAdamConfig, LossScaleConfig, LossScaler};
 use burn_mpric::{MixedPrecision, Policy};
 use burn_mpric_learner::{ScaleRecord, Scaled, ScalerHandle};
 
@@ -299,4 +299,34 @@ fn a_learner_step_on_the_device_path_reads_nothing_on_the_host() {
         "the host-read step reads: {reads:?}"
     );
     assert_eq!(host.stats().steps, 3);
+}
+
+#[test]
+fn a_restored_handle_steps_from_the_checkpoints_scale_and_still_names_overflows() {
+    let device = device();
+    let handle = handle(1024.0);
+    let optim = handle
+        .device_optimizer::<Ad, _>(DeviceAdamConfig::new(), &device, 0)
+        .unwrap();
+    let saved = LossScaler::dynamic(LossScaleConfig::torch().with_initial_scale(64.0)).unwrap();
+    handle.restore(saved.to_record()).unwrap();
+    let model = Scaled::new(Classifier::<Ad>::new(&device), handle.clone());
+    let mut learner = Learner::new(model, optim, 1e-2);
+    // The batch that holds the poisoned sample.
+    let first = POISONED_SAMPLE / BATCH * BATCH;
+    let batch = SampleBatcher.batch(samples(true)[first..first + BATCH].to_vec(), &device);
+    let output = learner.train_step(batch);
+    learner.optimizer_step(output.grads);
+    let outcomes = handle.sync().unwrap();
+    assert_eq!(outcomes.len(), 1);
+    assert_eq!(
+        outcomes[0].scale_used, 64.0,
+        "the restored scale, on the device"
+    );
+    assert!(outcomes[0].is_skipped());
+    let names = &outcomes[0].overflow.as_ref().unwrap().params;
+    assert!(
+        names.iter().all(|n| n.starts_with("model.")) && !names.is_empty(),
+        "{names:?}"
+    );
 }

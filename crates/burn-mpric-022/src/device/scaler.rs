@@ -167,6 +167,23 @@ impl DeviceLossScaler {
         Self { names, ..self }
     }
 
+    /// Whether skipped steps' outcomes name the parameters that overflowed
+    /// ([`with_overflow_names`](Self::with_overflow_names)).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::tensor::Device;
+    /// use burn_mpric_022::{DeviceLossScaler, LossScaler};
+    ///
+    /// let scaler = DeviceLossScaler::new(LossScaler::default(), &Device::flex()).unwrap();
+    /// assert!(!scaler.overflow_names());
+    /// assert!(scaler.with_overflow_names(true).overflow_names());
+    /// ```
+    pub fn overflow_names(&self) -> bool {
+        self.names
+    }
+
     /// How often pending steps are read (0: at [`sync`](Self::sync), and once
     /// [`MAX_PENDING_STEPS`] are pending).
     ///

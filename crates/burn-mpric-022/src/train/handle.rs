@@ -188,7 +188,9 @@ impl ScalerHandle {
             let on = device.scaler.device_scale().scale().device();
             match DeviceLossScaler::new(scaler, &on) {
                 Ok(restarted) => {
-                    device.scaler = restarted.with_sync_every(device.scaler.sync_every());
+                    device.scaler = restarted
+                        .with_sync_every(device.scaler.sync_every())
+                        .with_overflow_names(device.scaler.overflow_names());
                     device.awaiting.clear();
                 }
                 Err(err) => {

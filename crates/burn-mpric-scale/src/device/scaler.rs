@@ -178,6 +178,23 @@ impl<B: Backend> DeviceLossScaler<B> {
         Self { names, ..self }
     }
 
+    /// Whether skipped steps' outcomes name the parameters that overflowed
+    /// ([`with_overflow_names`](Self::with_overflow_names)).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn::backend::Flex;
+    /// use burn_mpric_scale::{DeviceLossScaler, LossScaler};
+    ///
+    /// let scaler = DeviceLossScaler::<Flex>::new(LossScaler::default(), &Default::default()).unwrap();
+    /// assert!(!scaler.overflow_names());
+    /// assert!(scaler.with_overflow_names(true).overflow_names());
+    /// ```
+    pub fn overflow_names(&self) -> bool {
+        self.names
+    }
+
     /// How often pending steps are read (0: at [`sync`](Self::sync), and once
     /// [`MAX_PENDING_STEPS`] are pending).
     ///
