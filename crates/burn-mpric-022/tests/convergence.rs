@@ -1,5 +1,9 @@
-//! A mixed-precision run's loss curve stays close to the f32 run's: a small transformer
-//! encoder on the sequence-reversal task, the same initial parameters and the same batches.
+//! A mixed-precision run's loss curve stays close to the f32 run's: a small model around
+//! Burn's own `TransformerEncoder` on the sequence-reversal task, the same initial parameters
+//! and the same batches; mixed f16 with the loss scaler ends within 1% of f32's final loss,
+//! mixed bf16 within 2%. Burn 0.22 runs the attention maps, the softmax and their backward
+//! at the compute dtype already (its reductions accumulate at f32 inside); its `LayerNorm`
+//! runs at f32 under f16 (`accumulation_dtype`) and at bf16 under bf16.
 
 mod common;
 
@@ -59,7 +63,17 @@ fn mixed_loss_curves_track_f32() {
                 "{name} step {step}: loss {mixed} vs f32 {full} (relative {relative}, tolerance {tolerance})"
             );
         }
-        assert!((tail_mean(losses) - reference).abs() / reference < tolerance);
+    }
+    // The final loss (the last five steps' mean): within 1% of f32's at f16, 2% at bf16.
+    for (name, losses, tolerance) in [("f16", &f16_losses, 0.01), ("bf16", &bf16_losses, 0.02)] {
+        let gap = (tail_mean(losses) - reference).abs() / reference;
+        assert!(
+            gap <= tolerance,
+            "{name}: final loss {} vs f32 {reference} ({:.2}% apart, tolerance {:.0}%)",
+            tail_mean(losses),
+            gap * 100.0,
+            tolerance * 100.0
+        );
     }
     assert_eq!(f16_skipped, 0, "the default f16 scale fits this model");
     assert_eq!(bf16_skipped, 0);

@@ -9,6 +9,7 @@
 //! `--optimizer` run their own comparisons instead (`profile.rs`, `optimizer.rs`).
 
 mod adapter;
+mod cost;
 mod edition022;
 mod harness;
 mod memory;
@@ -75,8 +76,14 @@ struct Args {
     /// Instead of the timed workloads: one transformer block training step profiled op by op
     /// at f32, mixed and pure half on each backend (the Burn 0.21 decorator), written to
     /// profile.md and profile.json.
-    #[arg(long, conflicts_with = "optimizer")]
+    #[arg(long, conflicts_with_all = ["optimizer", "cost"])]
     profile: bool,
+    /// Instead of the timed workloads: a cost model of each training step (kernels, bytes,
+    /// matmul FLOPs, uploads) at the GPU sizes and the default ones, fitted on the measured
+    /// GPU rows and checked against the rest, written to cost.md and cost.json. Runs on the
+    /// CPU (Flex); `--backend` and `--workload` do not apply.
+    #[arg(long, conflicts_with = "optimizer")]
+    cost: bool,
     /// Instead of the timed workloads: Adam's state and master weights at bf16
     /// (burn-mpric-optim, burn_mpric_022::optim) against Burn's Adam at f32 on the MLP and
     /// transformer block steps, per backend running bf16 and edition: bytes per parameter
@@ -554,6 +561,22 @@ fn main() -> ExitCode {
     let args = Args::parse();
     if let Some([backend, variant]) = args.profile_022_child.as_deref() {
         return profile022::child(backend, variant, &gpu_sizes(args.full).transformer);
+    }
+    if args.cost {
+        return match cost::run(&gpu_sizes(true), &gpu_sizes(false), &args.out) {
+            Ok(report) => {
+                println!("{}", cost::markdown(&report));
+                eprintln!("wrote {}/cost.md, cost.json", args.out.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!(
+                    "error: could not write the cost report to {}: {e}",
+                    args.out.display()
+                );
+                ExitCode::FAILURE
+            }
+        };
     }
     let started_at = Instant::now();
     let load_at_start = load_average();

@@ -28,7 +28,7 @@ pub use burn_mpric_core::{
 };
 pub use burn_mpric_scale::BurnDType;
 pub use policy::{ResolveOnDevice, half_dtype, supported_float_dtypes};
-pub use rules::{MpSettings, full_precision};
+pub use rules::{MpSettings, SoftmaxPrecision, full_precision};
 pub use tensor::{MpBool, MpFloat, MpInt, MpQuant, casts_made};
 
 /// Casts every gradient of a module to its parameter's dtype: under mixed precision,

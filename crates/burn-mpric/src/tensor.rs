@@ -77,26 +77,45 @@ pub(crate) enum Fact<B: Backend> {
     /// `max_dim(of, dim)`.
     MaxOf { of: ValueId<B>, dim: usize },
     /// `x - max_dim(x, dim)`: every element is at most 0. `exp` holds its exponentials as
-    /// stored (at the compute dtype) and their f32 sum along `dim`, made by the value's first
-    /// `exp`: autodiff's backward of `exp` computes the exponentials of its input again, and
-    /// gets these same values without casting and reducing a `[.., seq, seq]` map twice more.
+    /// stored (at the compute dtype) and, where they were computed at f32, their f32 sum
+    /// along `dim`, made by the value's first `exp`: autodiff's backward of `exp` computes
+    /// the exponentials of its input again, and gets these same values without computing
+    /// (and casting and reducing) a `[.., seq, seq]` map twice.
     NonPositive {
         dim: usize,
-        exp: OnceLock<(B::FloatTensorPrimitive, B::FloatTensorPrimitive)>,
+        exp: OnceLock<(B::FloatTensorPrimitive, Option<B::FloatTensorPrimitive>)>,
     },
-    /// Every element is in [0, 1] (up to rounding); `sum` is its f32 sum along a dim, made
-    /// before the value was rounded to the compute dtype.
+    /// Every element is in [0, 1] (up to rounding). `along`: the dim whose max was
+    /// subtracted before `exp`, so that each row along it holds a 1; `sum`: the f32 sum along
+    /// it, made before the value was rounded to the compute dtype.
     UnitInterval {
-        sum: Option<(usize, B::FloatTensorPrimitive)>,
+        along: Option<usize>,
+        sum: Option<B::FloatTensorPrimitive>,
     },
     /// `sum_dim(of, _)` of a value in [0, 1]: each element sums `terms` elements of `of`, so
     /// it is at most `terms`; `at_least_one` when the sum runs along the dim that holds the
-    /// max's `exp(0) = 1`.
+    /// max's `exp(0) = 1`. `summed`: the compute-dtype map and dim it was summed over at the
+    /// compute dtype ([`SoftmaxPrecision::Half`](crate::SoftmaxPrecision::Half)), kept so
+    /// that a `log` of the sum (`log_softmax`'s log-sum-exp) sums that map again at f32.
     SumOf {
         of: ValueId<B>,
         terms: usize,
         at_least_one: bool,
+        summed: Option<(usize, B::FloatTensorPrimitive)>,
     },
+    /// A piece of a softmax along `dim` whose elements are at most 1 in magnitude: the
+    /// negated exponentials, and their quotient by the square of their row sum (backward's
+    /// gradient with respect to that sum).
+    UnitMagnitude { dim: usize },
+    /// `sum^2` of a [`SumOf`](Fact::SumOf) at the compute dtype that is at least 1, computed
+    /// at f32 (it reaches the row's length squared, past f16's range); `sum` is kept so that
+    /// a piece of magnitude at most 1 divided by this square is divided by `sum` twice at the
+    /// compute dtype instead.
+    SquareOfSum { sum: B::FloatTensorPrimitive },
+    /// A product with a [`UnitMagnitude`](Fact::UnitMagnitude) piece of a softmax along
+    /// `dim` (backward's gradient terms): its sum along `dim` runs at the compute dtype, the
+    /// reduction accumulating at f32 inside the backend.
+    SoftmaxProduct { dim: usize },
 }
 
 /// A value's identity that does not keep its tensors alive (and whose address cannot be

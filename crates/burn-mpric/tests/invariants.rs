@@ -11,7 +11,7 @@ use burn::nn::{EmbeddingConfig, LayerNormConfig, LinearConfig};
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Distribution, Int, Tensor};
 use burn_mpric::instrument::{Instrumented, OpRecord, record};
-use burn_mpric::{MixedPrecision, MpDevice, Policy};
+use burn_mpric::{MixedPrecision, MpDevice, MpSettings, Policy};
 
 type Inner = Instrumented<Flex>;
 type Mp = MixedPrecision<Inner>;
@@ -19,6 +19,12 @@ type Ad = Autodiff<Mp>;
 
 fn device(policy: &str) -> MpDevice<Inner> {
     Mp::device(Default::default(), policy.parse::<Policy>().unwrap()).unwrap()
+}
+
+/// `policy` with the softmax at f32 too: the op table's literal rule, everywhere.
+fn literal(policy: &str) -> MpDevice<Inner> {
+    let settings = MpSettings::new(policy.parse::<Policy>().unwrap()).full_precision_softmax();
+    Mp::device(Default::default(), settings).unwrap()
 }
 
 /// Ops that must see the compute dtype (forward and backward entry points).
@@ -52,6 +58,13 @@ const FULL_PRECISION_OPS: &[&str] = &[
 
 /// Checks invariants 1-3 on a log; returns how many compute and f32 ops it saw.
 fn check(log: &[OpRecord], compute: DType) -> (usize, usize) {
+    check_beside_softmax(log, compute, &[])
+}
+
+/// [`check`], where precision-sensitive ops whose inputs all have one of `softmax`'s shapes
+/// (a softmax's map and its row statistics, which the default `SoftmaxPrecision::Half` runs
+/// at the compute dtype) may run at `compute` too.
+fn check_beside_softmax(log: &[OpRecord], compute: DType, softmax: &[&[usize]]) -> (usize, usize) {
     let (mut n_compute, mut n_full) = (0, 0);
     for rec in log {
         // 1. never a multi-input float op with disagreeing dtypes
@@ -73,14 +86,22 @@ fn check(log: &[OpRecord], compute: DType) -> (usize, usize) {
                 rec.float_inputs
             );
         }
-        // 3. precision-sensitive ops at f32
+        // 3. precision-sensitive ops at f32 (a softmax's pieces: at f32 or `compute`)
         if FULL_PRECISION_OPS.contains(&rec.op) {
             n_full += 1;
+            let piece = !softmax.is_empty()
+                && rec
+                    .float_shapes
+                    .iter()
+                    .all(|s| softmax.contains(&s.as_slice()));
             assert!(
-                rec.float_inputs.iter().all(|d| *d == DType::F32),
-                "{} ran at {:?}, expected f32",
-                rec.op,
                 rec.float_inputs
+                    .iter()
+                    .all(|d| *d == DType::F32 || (piece && *d == compute)),
+                "{} ran at {:?} on {:?}, expected f32",
+                rec.op,
+                rec.float_inputs,
+                rec.float_shapes
             );
         }
     }
@@ -161,40 +182,70 @@ fn layer_norm_runs_at_f32_even_on_half_inputs() {
 
 #[test]
 fn embedding_and_cross_entropy() {
-    let device = device("mixed_bf16");
-    let embedding = EmbeddingConfig::new(10, 6).init::<Ad>(&device);
-    let head = LinearConfig::new(6, 10).init::<Ad>(&device);
-    let tokens = Tensor::<Ad, 2, Int>::from_ints([[1, 2, 3], [4, 5, 6]], &device);
-    let targets = Tensor::<Ad, 1, Int>::from_ints([2, 3, 4, 5, 6, 7], &device);
-    let ((), log) = record(|| {
-        let h = embedding.forward(tokens.clone());
-        assert_eq!(h.dtype(), DType::F32, "embedding is precision-neutral");
-        let logits = head.forward(h).reshape([6, 10]);
-        assert_eq!(logits.dtype(), DType::BF16);
-        let loss = CrossEntropyLossConfig::new()
-            .init(&device)
-            .forward(logits, targets.clone());
-        assert_eq!(loss.dtype(), DType::F32, "the loss is f32");
-        let grads = loss.backward();
-        assert!(embedding.weight.grad(&grads).is_some());
-    });
-    let (n_compute, n_full) = check(&log, DType::BF16);
-    assert!(n_compute >= 3 && n_full >= 2, "{:?}", ops(&log));
+    for literal_rule in [true, false] {
+        let device = if literal_rule {
+            literal("mixed_bf16")
+        } else {
+            device("mixed_bf16")
+        };
+        let embedding = EmbeddingConfig::new(10, 6).init::<Ad>(&device);
+        let head = LinearConfig::new(6, 10).init::<Ad>(&device);
+        let tokens = Tensor::<Ad, 2, Int>::from_ints([[1, 2, 3], [4, 5, 6]], &device);
+        let targets = Tensor::<Ad, 1, Int>::from_ints([2, 3, 4, 5, 6, 7], &device);
+        let ((), log) = record(|| {
+            let h = embedding.forward(tokens.clone());
+            assert_eq!(h.dtype(), DType::F32, "embedding is precision-neutral");
+            let logits = head.forward(h).reshape([6, 10]);
+            assert_eq!(logits.dtype(), DType::BF16);
+            let loss = CrossEntropyLossConfig::new()
+                .init(&device)
+                .forward(logits, targets.clone());
+            assert_eq!(loss.dtype(), DType::F32, "the loss is f32");
+            let grads = loss.backward();
+            assert!(embedding.weight.grad(&grads).is_some());
+        });
+        // The log-softmax of the [6, 10] logits: its pieces at bf16 by default, its log of
+        // the row sums at f32 either way.
+        let softmax: &[&[usize]] = if literal_rule {
+            &[]
+        } else {
+            &[&[6, 10], &[6, 1]]
+        };
+        let (n_compute, n_full) = check_beside_softmax(&log, DType::BF16, softmax);
+        assert!(n_compute >= 3 && n_full >= 2, "{:?}", ops(&log));
+        assert!(
+            log.iter()
+                .filter(|r| r.op == "float_log")
+                .all(|r| r.float_inputs == [DType::F32])
+        );
+    }
 }
 
 #[test]
 fn multi_head_attention_forward_and_backward() {
-    let device = device("mixed_f16");
-    let mha = MultiHeadAttentionConfig::new(8, 2).init::<Ad>(&device);
-    let x = random([2, 4, 8], &device).require_grad();
-    let ((), log) = record(|| {
-        let out = mha.forward(MhaInput::self_attn(x.clone()));
-        assert_eq!(out.context.dtype(), DType::F16);
-        let grads = out.context.sum().backward();
-        assert!(x.grad(&grads).is_some());
-    });
-    let (n_compute, n_full) = check(&log, DType::F16);
-    assert!(n_compute >= 4 && n_full >= 1, "{:?}", ops(&log));
+    for literal_rule in [true, false] {
+        let device = if literal_rule {
+            literal("mixed_f16")
+        } else {
+            device("mixed_f16")
+        };
+        let mha = MultiHeadAttentionConfig::new(8, 2).init::<Ad>(&device);
+        let x = random([2, 4, 8], &device).require_grad();
+        let ((), log) = record(|| {
+            let out = mha.forward(MhaInput::self_attn(x.clone()));
+            assert_eq!(out.context.dtype(), DType::F16);
+            let grads = out.context.sum().backward();
+            assert!(x.grad(&grads).is_some());
+        });
+        // The attention maps [2, 2, 4, 4] and their row statistics: at f16 by default.
+        let softmax: &[&[usize]] = if literal_rule {
+            &[]
+        } else {
+            &[&[2, 2, 4, 4], &[2, 2, 4, 1]]
+        };
+        let (n_compute, n_full) = check_beside_softmax(&log, DType::F16, softmax);
+        assert!(n_compute >= 4 && n_full >= 1, "{:?}", ops(&log));
+    }
 }
 
 #[test]

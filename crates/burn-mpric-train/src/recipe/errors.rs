@@ -68,6 +68,7 @@ fn field_help(path: &str) -> Option<Help> {
             "a policy name in quotes (`f32`, `mixed_f16`, `mixed_bf16`, ...) or `p=<dtype>,c=<dtype>,o=<dtype>`",
             "policy = \"mixed_bf16\"",
         ),
+        "softmax" => help(one_of(&["half", "stored", "full"]), "softmax = \"stored\""),
         "ops" => help(
             "a table of op names, each set to `compute`, `full` or `promote`",
             "linear = \"full\" under [ops]",

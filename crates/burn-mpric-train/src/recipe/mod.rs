@@ -44,7 +44,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use burn_mpric::{FloatDType, MpSettings, Op, OpCategory, Policy, PolicyDType};
+use burn_mpric::{FloatDType, MpSettings, Op, OpCategory, Policy, PolicyDType, SoftmaxPrecision};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -123,6 +123,12 @@ pub struct Recipe {
     /// (categories: `compute`, `full`, `promote`). `mpric audit` prints the lines to add.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub ops: BTreeMap<String, String>,
+    /// Where the softmax's pieces run under a mixed policy: `half` (the default: computed
+    /// and stored at the compute dtype, the row sums accumulated at f32 inside the backend),
+    /// `stored` (computed at f32, stored at the compute dtype) or `full` (f32, as PyTorch's
+    /// autocast). See [`burn_mpric::SoftmaxPrecision`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub softmax: Option<SoftmaxPrecision>,
     /// The loss scaling: a preset name or a table.
     #[serde(default)]
     pub loss_scale: LossScaleSpec,
@@ -766,6 +772,7 @@ impl Recipe {
             strategy: None,
             policy: Policy::F32,
             ops: BTreeMap::new(),
+            softmax: None,
             loss_scale: LossScaleSpec::default(),
             model: ModelConfig::Mlp(MlpConfig { hidden: vec![64] }),
             dataset: DatasetConfig::builtin(DatasetName::Iris),
@@ -813,6 +820,7 @@ impl Recipe {
             recipe.schedule.min_lr = Some(self.schedule.min_lr.unwrap_or(0.0));
         }
         recipe.loss_scale = self.loss_scale.explicit()?;
+        recipe.softmax = Some(self.softmax.unwrap_or_default());
         recipe.ops = self
             .op_overrides()?
             .into_iter()
@@ -857,25 +865,28 @@ impl Recipe {
             .collect()
     }
 
-    /// The mixed-precision settings the recipe trains with: its policy and `[ops]` overrides.
+    /// The mixed-precision settings the recipe trains with: its policy, `softmax` and
+    /// `[ops]` overrides.
     ///
     /// ```
     /// use burn_mpric_train::Recipe;
-    /// use burn_mpric::{Op, OpCategory};
+    /// use burn_mpric::{Op, OpCategory, SoftmaxPrecision};
     ///
     /// let mut recipe = Recipe::example();
     /// recipe.ops.insert("linear".into(), "full".into());
+    /// recipe.softmax = Some(SoftmaxPrecision::Stored);
     /// let settings = recipe.settings().unwrap();
     /// assert_eq!(settings.policy(), recipe.policy);
     /// assert_eq!(settings.category(Op::Linear), OpCategory::FullPrecision);
+    /// assert_eq!(settings.softmax(), SoftmaxPrecision::Stored);
     /// ```
     pub fn settings(&self) -> Result<MpSettings, RecipeError> {
+        let settings =
+            MpSettings::new(self.policy).softmax_precision(self.softmax.unwrap_or_default());
         Ok(self
             .op_overrides()?
             .into_iter()
-            .fold(MpSettings::new(self.policy), |s, (op, category)| {
-                s.with_category(op, category)
-            }))
+            .fold(settings, |s, (op, category)| s.with_category(op, category)))
     }
 
     /// The number of steps of the run, given the steps per epoch of its data.

@@ -39,7 +39,9 @@ use crate::ops::module::module_op_list;
 use crate::ops::qtensor::q_op_list;
 use crate::ops::tensor::float_op_list;
 
-/// One op call seen by an [`Instrumented`] backend.
+/// One op call seen by an [`Instrumented`] backend: a computing op, a host read
+/// (`*_into_data`, `tr_execute`), or host data uploaded (`*_from_data`, whose only tensor is
+/// its output).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpRecord {
     /// Burn's method name (`float_matmul`, `linear_weight_backward`, ...).
@@ -51,10 +53,17 @@ pub struct OpRecord {
     /// The dtypes of the float tensors the op returned, in order (empty for host reads and
     /// for ops that return no float tensor).
     pub float_outputs: Vec<DType>,
+    /// The shapes of the same float outputs.
+    pub float_output_shapes: Vec<Vec<usize>>,
+    /// The int and bool tensors among the op's inputs (dtype and shape), in argument order:
+    /// with the float ones, everything the op reads.
+    pub other_inputs: Vec<(DType, Vec<usize>)>,
+    /// The int and bool tensors the op returned (dtype and shape).
+    pub other_outputs: Vec<(DType, Vec<usize>)>,
 }
 
-/// The dtype and shape of one float input.
-type FloatInput = (DType, Vec<usize>);
+/// The dtype and shape of one input tensor (float, int or bool).
+type TensorInput = (DType, Vec<usize>);
 
 /// A function [`at_each_op`] calls around the ops an [`Instrumented`] backend forwards.
 pub type OpHook = Rc<dyn Fn()>;
@@ -180,22 +189,63 @@ fn op_boundary() {
     }
 }
 
-fn log(op: &'static str, inputs: Vec<FloatInput>) {
+fn log(op: &'static str, inputs: Vec<TensorInput>) {
     op_boundary();
     LOG.with(|l| {
         if let Some(log) = l.borrow_mut().as_mut() {
-            let (float_inputs, float_shapes) = inputs.into_iter().unzip();
+            let (floats, other_inputs): (Vec<_>, Vec<_>) =
+                inputs.into_iter().partition(|(dtype, _)| dtype.is_float());
+            let (float_inputs, float_shapes) = floats.into_iter().unzip();
             log.push(OpRecord {
                 op,
                 float_inputs,
                 float_shapes,
                 float_outputs: Vec::new(),
+                float_output_shapes: Vec::new(),
+                other_inputs,
+                other_outputs: Vec::new(),
             });
         }
     });
 }
 
-/// Notes the dtypes of the float tensors among an op's outputs in its log entry, if logging.
+/// Logs an upload of host data (no [`at_each_op`] hook: what it makes is in use at the next
+/// op's call): the tensor it made is its output.
+fn log_upload<B: Backend, T: Wrap>(op: &'static str, out: &T) {
+    if LOG.with(|l| l.borrow().is_none()) {
+        return;
+    }
+    LOG.with(|l| {
+        if let Some(log) = l.borrow_mut().as_mut() {
+            log.push(OpRecord {
+                op,
+                float_inputs: Vec::new(),
+                float_shapes: Vec::new(),
+                float_outputs: Vec::new(),
+                float_output_shapes: Vec::new(),
+                other_inputs: Vec::new(),
+                other_outputs: Vec::new(),
+            });
+        }
+    });
+    log_outputs::<B, T>(out);
+}
+
+/// The dtype and shape of an inner primitive of `B` of any kind.
+fn metadata<B: Backend>(tensor: &dyn Any) -> Option<(DType, Shape)> {
+    if let Some(t) = tensor.downcast_ref::<B::FloatTensorPrimitive>() {
+        return Some((t.dtype(), t.shape()));
+    }
+    if let Some(t) = tensor.downcast_ref::<B::IntTensorPrimitive>() {
+        return Some((t.dtype(), t.shape()));
+    }
+    tensor
+        .downcast_ref::<B::BoolTensorPrimitive>()
+        .map(|t| (t.dtype(), t.shape()))
+}
+
+/// Notes the dtypes and shapes of the tensors among an op's outputs in its log entry, if
+/// logging.
 fn log_outputs<B: Backend, T: Wrap>(out: &T) {
     LOG.with(|l| {
         let mut l = l.borrow_mut();
@@ -204,10 +254,14 @@ fn log_outputs<B: Backend, T: Wrap>(out: &T) {
         };
         out.outputs(&mut |tensor| {
             // Some backends use one primitive type for floats, ints and bools: the dtype tells.
-            if let Some(tensor) = tensor.downcast_ref::<B::FloatTensorPrimitive>()
-                && tensor.dtype().is_float()
-            {
-                record.float_outputs.push(tensor.dtype());
+            let Some((dtype, shape)) = metadata::<B>(tensor) else {
+                return;
+            };
+            if dtype.is_float() {
+                record.float_outputs.push(dtype);
+                record.float_output_shapes.push(shape.to_vec());
+            } else {
+                record.other_outputs.push((dtype, shape.to_vec()));
             }
         });
     });
@@ -288,7 +342,7 @@ impl<P: QTensorPrimitive> QTensorPrimitive for Rec<P> {
 pub(crate) trait Inspect: Sized {
     type Inner;
 
-    fn dtypes(&self, _out: &mut Vec<FloatInput>) {}
+    fn dtypes(&self, _out: &mut Vec<TensorInput>) {}
 
     fn into_inner(self) -> Self::Inner;
 }
@@ -305,10 +359,8 @@ pub(crate) trait Wrap {
 impl<P: TensorMetadata> Inspect for Rec<P> {
     type Inner = P;
 
-    fn dtypes(&self, out: &mut Vec<FloatInput>) {
-        if self.0.dtype().is_float() {
-            out.push((self.0.dtype(), self.0.shape().to_vec()));
-        }
+    fn dtypes(&self, out: &mut Vec<TensorInput>) {
+        out.push((self.0.dtype(), self.0.shape().to_vec()));
     }
 
     fn into_inner(self) -> P {
@@ -339,7 +391,7 @@ impl<'a, T: ?Sized> Inspect for &'a T {
 impl<T: Inspect> Inspect for Option<T> {
     type Inner = Option<T::Inner>;
 
-    fn dtypes(&self, out: &mut Vec<FloatInput>) {
+    fn dtypes(&self, out: &mut Vec<TensorInput>) {
         if let Some(t) = self {
             t.dtypes(out)
         }
@@ -353,7 +405,7 @@ impl<T: Inspect> Inspect for Option<T> {
 impl<T: Inspect> Inspect for Vec<T> {
     type Inner = Vec<T::Inner>;
 
-    fn dtypes(&self, out: &mut Vec<FloatInput>) {
+    fn dtypes(&self, out: &mut Vec<TensorInput>) {
         self.iter().for_each(|t| t.dtypes(out))
     }
 
@@ -365,7 +417,7 @@ impl<T: Inspect> Inspect for Vec<T> {
 impl<B: Backend> Inspect for QuantizationParametersPrimitive<Instrumented<B>> {
     type Inner = QuantizationParametersPrimitive<B>;
 
-    fn dtypes(&self, out: &mut Vec<FloatInput>) {
+    fn dtypes(&self, out: &mut Vec<TensorInput>) {
         self.scales.dtypes(out)
     }
 
@@ -379,7 +431,7 @@ impl<B: Backend> Inspect for QuantizationParametersPrimitive<Instrumented<B>> {
 impl<B: Backend> Inspect for TensorPrimitive<Instrumented<B>> {
     type Inner = TensorPrimitive<B>;
 
-    fn dtypes(&self, out: &mut Vec<FloatInput>) {
+    fn dtypes(&self, out: &mut Vec<TensorInput>) {
         if let TensorPrimitive::Float(t) = self {
             t.dtypes(out)
         }
@@ -583,7 +635,9 @@ impl<B: Backend> Backend for Instrumented<B> {
 
 impl<B: Backend> FloatTensorOps<Self> for Instrumented<B> {
     fn float_from_data(data: TensorData, device: &Device<Self>) -> FloatTensor<Self> {
-        Rec(B::float_from_data(data, device))
+        let out = Rec(B::float_from_data(data, device));
+        log_upload::<B, _>("float_from_data", &out);
+        out
     }
 
     fn float_random(
@@ -650,7 +704,9 @@ impl<B: Backend> IntTensorOps<Self> for Instrumented<B> {
     }
 
     fn int_from_data(data: TensorData, device: &Device<Self>) -> IntTensor<Self> {
-        Rec(B::int_from_data(data, device))
+        let out = Rec(B::int_from_data(data, device));
+        log_upload::<B, _>("int_from_data", &out);
+        out
     }
 
     fn int_device(tensor: &IntTensor<Self>) -> Device<Self> {
@@ -697,7 +753,9 @@ impl<B: Backend> BoolTensorOps<Self> for Instrumented<B> {
     }
 
     fn bool_from_data(data: TensorData, device: &Device<Self>) -> BoolTensor<Self> {
-        Rec(B::bool_from_data(data, device))
+        let out = Rec(B::bool_from_data(data, device));
+        log_upload::<B, _>("bool_from_data", &out);
+        out
     }
 
     fn bool_device(tensor: &BoolTensor<Self>) -> Device<Self> {
@@ -738,7 +796,9 @@ impl<B: Backend> ActivationOps<Self> for Instrumented<B> {
 
 impl<B: Backend> QTensorOps<Self> for Instrumented<B> {
     fn q_from_data(data: TensorData, device: &Device<Self>) -> QuantizedTensor<Self> {
-        Rec(B::q_from_data(data, device))
+        let out = Rec(B::q_from_data(data, device));
+        log_upload::<B, _>("q_from_data", &out);
+        out
     }
 
     fn q_device(tensor: &QuantizedTensor<Self>) -> Device<Self> {

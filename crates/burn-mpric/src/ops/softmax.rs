@@ -1,42 +1,54 @@
-//! The softmax's pieces, stored at the compute dtype.
+//! The softmax's pieces, stored (and by default computed) at the compute dtype.
 //!
 //! Burn's autodiff has no softmax of its own: `softmax(x)` reaches the decorator as
-//! `max_dim`, `sub`, `exp`, `sum_dim` and `div`, and autodiff saves the exponentials and the
-//! probabilities for backward. By the op table both are precision-sensitive results, made and
-//! kept at f32: in attention they are `[batch, heads, seq, seq]` and dominate activation memory.
-//! Their values lie in [0, 1], so the compute dtype has their range (f16's concern with `exp`
-//! is overflow above e^11, which a max-shifted input cannot reach). The decorator follows the
-//! values through the pattern and stores them at the compute dtype, as fused attention kernels
-//! do, while every reduction stays f32:
+//! `max_dim`, `sub`, `exp`, `sum_dim` and `div`, its backward as `recip`, `mul`, `neg`,
+//! `powi_scalar`, `div`, `sum_dim` and `exp` again. By the op table, `exp`, the sums,
+//! `recip` and `powi` are precision-sensitive, run at f32: in attention that casts each
+//! `[batch, heads, seq, seq]` map up and down in forward and backward, and moves it at f32.
+//! The decorator follows the values through the pattern and knows their range:
 //!
 //! - `max_dim(x, d)` is remembered as the max of `x` along `d`;
-//! - `x - max_dim(x, d)` is known to be at most 0;
-//! - `exp` of that runs at f32; its sum along `d` is taken at f32 right away and kept with the
-//!   value, and the exponentials are stored at the compute dtype; they stay with `x -
-//!   max`, because autodiff's backward of `exp` computes the exponentials of its input again
-//!   and gets the same values without a second cast, `exp` and sum over the map;
-//! - `sum_dim` of those exponentials along `d` is that f32 sum (`log_softmax`'s log-sum-exp
-//!   is therefore the same as with f32 storage);
-//! - the exponentials divided by their own sum (the probabilities) are divided at the compute
-//!   dtype and stay there (at f32, then stored at the compute dtype, when the sum of that many
-//!   terms could exceed the compute dtype's range: more than 65504 at f16);
-//! - the reciprocal of that sum, which autodiff's backward of the division multiplies the
-//!   `[.., seq, seq]` gradient by, is at least 1/`terms` and at most 1 (the max's `exp(0)` is
-//!   among the terms): it is computed at f32 and stored at the compute dtype while it stays a
-//!   normal number there (at f16, up to 16384 terms), so that the gradient of the
-//!   exponentials keeps the compute dtype instead of being promoted to f32 by an f32
-//!   `[.., seq, 1]` factor.
+//! - `x - max_dim(x, d)` is known to be at most 0, so its `exp` lies in [0, 1], where the
+//!   compute dtype has the range (f16's concern with `exp` is overflow above e^11, which a
+//!   max-shifted input cannot reach), and each row along `d` holds the max's `exp(0) = 1`;
+//! - the exponentials' sum along `d` is at least 1 and at most the row's length;
+//! - the exponentials divided by their own sum (the probabilities) lie in [0, 1].
 //!
-//! A direct `softmax`/`softmin` call (a backend without autodiff) runs at f32 as the op table
-//! says, and its result is stored at the compute dtype. Only under policies that lower, with
-//! the ops in their default categories, outside [`full_precision`](crate::full_precision);
-//! [`MpSettings::full_precision_softmax`](crate::MpSettings::full_precision_softmax)
-//! turns it off.
+//! What runs where is [`SoftmaxPrecision`](crate::SoftmaxPrecision)'s choice:
+//!
+//! - `Half` (the default): the pieces are computed and stored at the compute dtype, as pure
+//!   half precision and fused attention kernels do, so no map changes dtype in forward or
+//!   backward. The sums along `d` are the backend's reductions at the compute dtype: Flex
+//!   and the cube backends accumulate half-precision sums at f32 inside and round the
+//!   `[.., 1]` result once. Where a value would leave the compute dtype's range it does not:
+//!   backward divides the negated exponentials by the square of their row sum, which
+//!   reaches the row's length squared (past f16's 65504 from 256 terms); it is computed at
+//!   f32 as the op table says, and the division divides by the sum twice at the compute
+//!   dtype instead (the quotient is at most 1 in magnitude). The backward's products with
+//!   those pieces are summed along `d` at the compute dtype; a sum over a dim of size 1 is
+//!   a copy, exact at any dtype. A `log` of the exponentials' sum (`log_softmax`'s
+//!   log-sum-exp) sums the map again at f32: that one is a loss's value.
+//! - `Stored`: `exp` runs at f32, its sum along `d` is taken at f32 right away and kept with
+//!   the value, and the exponentials are stored at the compute dtype; the probabilities are
+//!   divided at the compute dtype (at f32, then stored, when the sum of that many terms could
+//!   exceed the compute dtype's range: more than 65504 at f16); the reciprocal of the sum,
+//!   which backward multiplies the map's gradient by, is computed at f32 and stored at the
+//!   compute dtype while it stays a normal number there (at f16, up to 16384 terms).
+//! - `Full`: the op table's rule, everything at f32.
+//!
+//! Either way the exponentials stay with `x - max`, because autodiff's backward of `exp`
+//! computes the exponentials of its input again and gets the same values without a second
+//! `exp` over the map.
+//!
+//! A direct `softmax`/`softmin` call (a backend without autodiff) runs at the compute dtype
+//! under `Half`, at f32 with its result stored at the compute dtype under `Stored`. Only under
+//! policies that lower, with the ops in their default categories, outside
+//! [`full_precision`](crate::full_precision).
 
 use std::sync::OnceLock;
 
 use burn::tensor::FloatDType;
-use burn_backend::{Backend, IntDType, TensorMetadata};
+use burn_backend::{Backend, IntDType, Scalar, TensorMetadata};
 use burn_std::{bf16, f16};
 
 use super::args::{Arg, float_dtype};
@@ -72,15 +84,19 @@ fn forward<B: Backend, const N: usize>(
     MpFloat::with_fact(run(inner), precision, fact)
 }
 
+/// A value in [0, 1] with nothing more known.
+fn unit_interval<B: Backend>() -> Fact<B> {
+    Fact::UnitInterval {
+        along: None,
+        sum: None,
+    }
+}
+
 /// `tensor` rounded to the compute dtype and known to lie in [0, 1].
 fn store_bounded<B: Backend>(tensor: MpFloat<B>) -> MpFloat<B> {
     let compute = Some(tensor.precision.0.dtypes.compute);
     let stored = Arg::<B>::cast(tensor, compute, false);
-    MpFloat::with_fact(
-        stored.inner,
-        stored.precision,
-        Fact::UnitInterval { sum: None },
-    )
+    MpFloat::with_fact(stored.inner, stored.precision, unit_interval())
 }
 
 fn max_of<B: Backend>(tensor: &MpFloat<B>, dim: usize) -> Fact<B> {
@@ -127,14 +143,23 @@ pub(crate) fn float_exp<B: Backend>(tensor: MpFloat<B>) -> MpFloat<B> {
         let dim = *dim;
         let (stored, sum) = exp
             .get_or_init(|| {
+                if tensor
+                    .precision
+                    .0
+                    .computes_bounded_at_compute(Op::Exp, dtype)
+                {
+                    // At the compute dtype, as its input is: nothing to cast, no sum yet.
+                    return (B::float_exp(tensor.inner.clone()), None);
+                }
                 let exp = forward(Op::Exp, [tensor.clone()], Fact::None, |[x]| B::float_exp(x));
                 let sum = B::float_sum_dim(exp.inner.clone(), dim);
                 let compute = Some(exp.precision.0.dtypes.compute);
-                (Arg::<B>::cast(exp, compute, false).inner, sum)
+                (Arg::<B>::cast(exp, compute, false).inner, Some(sum))
             })
             .clone();
         let fact = Fact::UnitInterval {
-            sum: Some((dim, sum)),
+            along: Some(dim),
+            sum,
         };
         return MpFloat::with_fact(stored, tensor.precision, fact);
     }
@@ -142,30 +167,62 @@ pub(crate) fn float_exp<B: Backend>(tensor: MpFloat<B>) -> MpFloat<B> {
 }
 
 pub(crate) fn float_sum_dim<B: Backend>(tensor: MpFloat<B>, dim: usize) -> MpFloat<B> {
-    let Some(Fact::UnitInterval { sum }) = tensor.fact() else {
-        return forward(Op::SumDim, [tensor], Fact::None, |[x]| {
-            B::float_sum_dim(x, dim)
-        });
-    };
-    let of = tensor.id().expect("a value with a fact has an id");
+    let dtype = float_dtype(&tensor.inner);
     let terms = tensor.inner.shape()[dim];
-    if let Some((d, sum)) = sum
-        && *d == dim
-        && target(Op::SumDim, &tensor.precision, &[&tensor]) == Some(float_dtype(sum))
-    {
-        let fact = Fact::SumOf {
-            of,
-            terms,
-            at_least_one: true,
-        };
-        return MpFloat::with_fact(sum.clone(), tensor.precision.clone(), fact);
+    let at_compute = tensor
+        .precision
+        .0
+        .computes_bounded_at_compute(Op::SumDim, dtype);
+    match tensor.fact() {
+        Some(Fact::UnitInterval { along, sum }) => {
+            let of = tensor.id().expect("a value with a fact has an id");
+            let at_least_one = *along == Some(dim);
+            if let Some(sum) = sum
+                && at_least_one
+                && target(Op::SumDim, &tensor.precision, &[&tensor]) == Some(float_dtype(sum))
+            {
+                let fact = Fact::SumOf {
+                    of,
+                    terms,
+                    at_least_one,
+                    summed: None,
+                };
+                return MpFloat::with_fact(sum.clone(), tensor.precision.clone(), fact);
+            }
+            // At the compute dtype along the max's dim (a row's sum is then at least 1, so
+            // nothing divided by it can leave the range) while the sum fits (at f16, up to
+            // 65504 terms).
+            if at_compute && at_least_one && terms as f64 <= normal_range(dtype).0 {
+                let fact = Fact::SumOf {
+                    of,
+                    terms,
+                    at_least_one,
+                    summed: Some((dim, tensor.inner.clone())),
+                };
+                let sum = B::float_sum_dim(tensor.inner.clone(), dim);
+                return MpFloat::with_fact(sum, tensor.precision.clone(), fact);
+            }
+            let fact = Fact::SumOf {
+                of,
+                terms,
+                at_least_one,
+                summed: None,
+            };
+            forward(Op::SumDim, [tensor], fact, |[x]| B::float_sum_dim(x, dim))
+        }
+        Some(Fact::SoftmaxProduct { dim: along }) if at_compute && *along == dim => {
+            let sum = B::float_sum_dim(tensor.inner.clone(), dim);
+            MpFloat::with_fact(sum, tensor.precision.clone(), Fact::SoftmaxProduct { dim })
+        }
+        // A sum of one term is a copy, exact at any dtype (autodiff's backward of `sum_dim`
+        // sums the `[.., 1]` gradient of a row sum this way before broadcasting it).
+        _ if at_compute && terms == 1 => {
+            MpFloat::new(B::float_sum_dim(tensor.inner, dim), tensor.precision)
+        }
+        _ => forward(Op::SumDim, [tensor], Fact::None, |[x]| {
+            B::float_sum_dim(x, dim)
+        }),
     }
-    let fact = Fact::SumOf {
-        of,
-        terms,
-        at_least_one: false,
-    };
-    forward(Op::SumDim, [tensor], fact, |[x]| B::float_sum_dim(x, dim))
 }
 
 /// The largest finite value and the smallest positive normal value of `dtype`.
@@ -179,6 +236,21 @@ fn normal_range(dtype: FloatDType) -> (f64, f64) {
 }
 
 pub(crate) fn float_div<B: Backend>(lhs: MpFloat<B>, rhs: MpFloat<B>) -> MpFloat<B> {
+    // A piece of magnitude at most 1 over the square of a row sum of at least 1: divided by
+    // the sum twice at the compute dtype, where the square may not fit.
+    if let (Some(Fact::UnitMagnitude { dim }), Some(Fact::SquareOfSum { sum })) =
+        (lhs.fact(), rhs.fact())
+        && lhs.precision == rhs.precision
+        && float_dtype(sum) == float_dtype(&lhs.inner)
+        && lhs
+            .precision
+            .0
+            .computes_bounded_at_compute(Op::Div, float_dtype(&lhs.inner))
+    {
+        let fact = Fact::UnitMagnitude { dim: *dim };
+        let once = B::float_div(lhs.inner.clone(), sum.clone());
+        return MpFloat::with_fact(B::float_div(once, sum.clone()), lhs.precision, fact);
+    }
     // A value in [0, 1] divided by its own sum (along any dim) is in [0, 1].
     let terms = match (lhs.fact(), rhs.fact()) {
         (Some(Fact::UnitInterval { .. }), Some(Fact::SumOf { of, terms, .. })) if of.is(&lhs) => {
@@ -197,7 +269,7 @@ pub(crate) fn float_div<B: Backend>(lhs: MpFloat<B>, rhs: MpFloat<B>) -> MpFloat
         if terms as f64 <= normal_range(compute).0 {
             let rhs = Arg::<B>::cast(rhs, Some(compute), false);
             let quotient = B::float_div(lhs.inner, rhs.inner);
-            return MpFloat::with_fact(quotient, lhs.precision, Fact::UnitInterval { sum: None });
+            return MpFloat::with_fact(quotient, lhs.precision, unit_interval());
         }
         // The sum may not fit the compute dtype: divide at the sum's dtype, store the result.
         let quotient = forward(Op::Div, [lhs, rhs], Fact::None, |[a, b]| B::float_div(a, b));
@@ -207,24 +279,115 @@ pub(crate) fn float_div<B: Backend>(lhs: MpFloat<B>, rhs: MpFloat<B>) -> MpFloat
 }
 
 pub(crate) fn float_recip<B: Backend>(tensor: MpFloat<B>) -> MpFloat<B> {
-    // 1 / a sum of at most `terms` values in [0, 1] that include a 1 lies in [1/terms, 1].
-    let stores = match tensor.fact() {
+    // 1 / a sum of at most `terms` values in [0, 1] that include a 1 lies in [1/terms, 1]:
+    // computed at the compute dtype where the sum is (`Half`), or stored there (`Stored`),
+    // while that is a normal number there.
+    let (computes, stores) = match tensor.fact() {
         Some(Fact::SumOf {
             terms,
             at_least_one: true,
             ..
         }) => {
-            let compute = tensor.precision.0.dtypes.compute;
-            1.0 / *terms as f64 >= normal_range(compute).1
-                && tensor
-                    .precision
-                    .0
-                    .stores_bounded_at_compute(Op::Recip, compute)
+            let rules = &tensor.precision.0;
+            let compute = rules.dtypes.compute;
+            let normal = 1.0 / *terms as f64 >= normal_range(compute).1;
+            let dtype = float_dtype(&tensor.inner);
+            (
+                normal && rules.computes_bounded_at_compute(Op::Recip, dtype),
+                normal && rules.stores_bounded_at_compute(Op::Recip, compute),
+            )
         }
-        _ => false,
+        _ => (false, false),
     };
+    if computes {
+        return MpFloat::new(B::float_recip(tensor.inner), tensor.precision);
+    }
     let recip = forward(Op::Recip, [tensor], Fact::None, |[x]| B::float_recip(x));
     if stores { store_bounded(recip) } else { recip }
+}
+
+/// The softmax dim of a piece of magnitude at most 1: the exponentials (a value in [0, 1]
+/// whose rows along that dim hold a 1) or a [`Fact::UnitMagnitude`].
+fn unit_magnitude_dim<B: Backend>(tensor: &MpFloat<B>) -> Option<usize> {
+    match tensor.fact() {
+        Some(Fact::UnitInterval {
+            along: Some(dim), ..
+        })
+        | Some(Fact::UnitMagnitude { dim }) => Some(*dim),
+        _ => None,
+    }
+}
+
+pub(crate) fn float_neg<B: Backend>(tensor: MpFloat<B>) -> MpFloat<B> {
+    let fact = match tensor.fact() {
+        // The gradient of the max-shifted scores, negated for the max's: summed the same way.
+        Some(Fact::SoftmaxProduct { dim }) => Fact::SoftmaxProduct { dim: *dim },
+        _ => unit_magnitude_dim(&tensor).map_or(Fact::None, |dim| Fact::UnitMagnitude { dim }),
+    };
+    forward(Op::Neg, [tensor], fact, |[x]| B::float_neg(x))
+}
+
+pub(crate) fn float_mul<B: Backend>(lhs: MpFloat<B>, rhs: MpFloat<B>) -> MpFloat<B> {
+    let fact = [&lhs, &rhs]
+        .into_iter()
+        .find_map(|t| {
+            let dim = unit_magnitude_dim(t)?;
+            let dtype = float_dtype(&t.inner);
+            t.precision
+                .0
+                .computes_bounded_at_compute(Op::Mul, dtype)
+                .then_some(Fact::SoftmaxProduct { dim })
+        })
+        .unwrap_or(Fact::None);
+    forward(Op::Mul, [lhs, rhs], fact, |[a, b]| B::float_mul(a, b))
+}
+
+fn is_two(scalar: &Scalar) -> bool {
+    match scalar {
+        Scalar::Float(v) => *v == 2.0,
+        Scalar::Int(v) => *v == 2,
+        Scalar::UInt(v) => *v == 2,
+        Scalar::Bool(_) => false,
+    }
+}
+
+pub(crate) fn float_powi_scalar<B: Backend>(lhs: MpFloat<B>, rhs: Scalar) -> MpFloat<B> {
+    // The square of a row sum of at least 1, kept beside the sum it squares (see `float_div`).
+    let fact = match lhs.fact() {
+        Some(Fact::SumOf {
+            at_least_one: true, ..
+        }) if is_two(&rhs)
+            && lhs
+                .precision
+                .0
+                .computes_bounded_at_compute(Op::PowiScalar, float_dtype(&lhs.inner)) =>
+        {
+            Fact::SquareOfSum {
+                sum: lhs.inner.clone(),
+            }
+        }
+        _ => Fact::None,
+    };
+    forward(Op::PowiScalar, [lhs], fact, |[x]| {
+        B::float_powi_scalar(x, rhs)
+    })
+}
+
+pub(crate) fn float_log<B: Backend>(tensor: MpFloat<B>) -> MpFloat<B> {
+    // The log of a row sum taken at the compute dtype: the sum again at the op table's dtype
+    // over the map it summed (a loss's log-sum-exp keeps f32's accuracy).
+    if let Some(Fact::SumOf {
+        summed: Some((dim, map)),
+        ..
+    }) = tensor.fact()
+        && let Some(wide) = target(Op::Log, &tensor.precision, &[&tensor])
+    {
+        let map = MpFloat::<B>::new(map.clone(), tensor.precision.clone());
+        let map = Arg::<B>::cast(map, Some(wide), false);
+        let sum = B::float_sum_dim(map.inner, *dim);
+        return MpFloat::new(B::float_log(sum), tensor.precision.clone());
+    }
+    forward(Op::Log, [tensor], Fact::None, |[x]| B::float_log(x))
 }
 
 /// `softmax`/`softmin` as the op table runs them, the result stored at the compute dtype
@@ -234,10 +397,11 @@ fn normalized<B: Backend>(
     tensor: MpFloat<B>,
     run: impl FnOnce(B::FloatTensorPrimitive) -> B::FloatTensorPrimitive,
 ) -> MpFloat<B> {
-    let bounded = tensor
-        .precision
-        .0
-        .stores_bounded_at_compute(op, float_dtype(&tensor.inner));
+    let dtype = float_dtype(&tensor.inner);
+    if tensor.precision.0.computes_bounded_at_compute(op, dtype) {
+        return MpFloat::new(run(tensor.inner), tensor.precision);
+    }
+    let bounded = tensor.precision.0.stores_bounded_at_compute(op, dtype);
     let out = forward(op, [tensor], Fact::None, |[x]| run(x));
     if bounded { store_bounded(out) } else { out }
 }

@@ -55,7 +55,7 @@ macro_rules! float_op_list {
 
             fn float_add(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> => category Add;
             fn float_sub(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> => bounded Sub;
-            fn float_mul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> => category Mul;
+            fn float_mul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> => bounded Mul;
             fn float_div(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> => bounded Div;
             fn float_remainder(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> => category Remainder;
             fn float_add_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> => category AddScalar;
@@ -70,7 +70,7 @@ macro_rules! float_op_list {
             fn float_matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> => category Matmul;
             fn float_cross(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => category Cross;
             fn float_recip(tensor: FloatTensor<Self>) -> FloatTensor<Self> => bounded Recip;
-            fn float_neg(tensor: FloatTensor<Self>) -> FloatTensor<Self> => category Neg;
+            fn float_neg(tensor: FloatTensor<Self>) -> FloatTensor<Self> => bounded Neg;
 
             fn float_swap_dims(tensor: FloatTensor<Self>, dim1: usize, dim2: usize) -> FloatTensor<Self> => plain;
             fn float_transpose(tensor: FloatTensor<Self>) -> FloatTensor<Self> => plain;
@@ -115,13 +115,13 @@ macro_rules! float_op_list {
             fn float_cummax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> => plain;
 
             fn float_exp(tensor: FloatTensor<Self>) -> FloatTensor<Self> => bounded Exp;
-            fn float_log(tensor: FloatTensor<Self>) -> FloatTensor<Self> => category Log;
+            fn float_log(tensor: FloatTensor<Self>) -> FloatTensor<Self> => bounded Log;
             fn float_log1p(tensor: FloatTensor<Self>) -> FloatTensor<Self> => category Log1p;
             fn float_powf(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> => category Powf;
             fn float_powf_scalar(tensor: FloatTensor<Self>, value: Scalar) -> FloatTensor<Self> => category PowfScalar;
             fn float_powf_scalar_impl(tensor: FloatTensor<Self>, value: Scalar) -> FloatTensor<Self> => category PowfScalar;
             fn float_powi(lhs: FloatTensor<Self>, rhs: IntTensor<Self>) -> FloatTensor<Self> => category Powi;
-            fn float_powi_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> => category PowiScalar;
+            fn float_powi_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> => bounded PowiScalar;
             fn float_powi_scalar_impl(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> => category PowiScalar;
             fn float_sqrt(tensor: FloatTensor<Self>) -> FloatTensor<Self> => category Sqrt;
             fn float_tan(tensor: FloatTensor<Self>) -> FloatTensor<Self> => category Tan;

@@ -13,5 +13,5 @@
 mod settings;
 mod target;
 
-pub use settings::{MpSettings, full_precision};
+pub use settings::{MpSettings, SoftmaxPrecision, full_precision};
 pub(crate) use target::{DeviceRules, InputDTypes, Precision};

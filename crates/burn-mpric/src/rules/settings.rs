@@ -22,8 +22,49 @@ use crate::{Op, OpCategory};
 pub struct MpSettings {
     policy: Policy,
     pure: bool,
-    pub(crate) full_precision_softmax: bool,
+    pub(crate) softmax: SoftmaxPrecision,
     overrides: Vec<(Op, OpCategory)>,
+}
+
+/// Where a softmax's pieces run under a policy that lowers: the exponentials, their sums
+/// along the softmax's dim, the probabilities, and their gradients in backward. Burn's
+/// autodiff has no softmax of its own (it hands the decorator `max_dim`, `sub`, `exp`,
+/// `sum_dim` and `div`, and their backward ops), and in attention these are
+/// `[batch, heads, seq, seq]` maps, the largest tensors of a transformer step. See
+/// `docs/op-categories.md` for what each setting runs where.
+///
+/// ```
+/// use burn_mpric::{MpSettings, Policy, SoftmaxPrecision};
+///
+/// let s = MpSettings::new(Policy::F32);
+/// assert_eq!(s.softmax(), SoftmaxPrecision::Half);
+/// let s = s.softmax_precision(SoftmaxPrecision::Stored);
+/// assert_eq!(s.softmax(), SoftmaxPrecision::Stored);
+/// // Recipes name them in lower case.
+/// let parsed: SoftmaxPrecision = serde_json::from_str("\"stored\"").unwrap();
+/// assert_eq!(parsed, SoftmaxPrecision::Stored);
+/// ```
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum SoftmaxPrecision {
+    /// Computed and stored at f32, as PyTorch's unfused autocast does (softmax is on its f32
+    /// list): each map is cast up before `exp` and its gradient cast back down before the
+    /// scores' matmul.
+    Full,
+    /// Computed at f32, stored at the compute dtype: the exponentials and the probabilities
+    /// are rounded once, the sums stay f32; backward's products with the row sums run at
+    /// f32, with casts of the map on either side.
+    Stored,
+    /// Computed and stored at the compute dtype, as fused attention kernels and pure half
+    /// precision do, so a map never changes dtype: the sums along the softmax's dim are
+    /// the backend's reductions at the compute dtype, which accumulate at f32 inside on
+    /// Flex and the cube backends (Wgpu, CUDA) and round their `[.., 1]` result once; the
+    /// square of a row sum (up to the row's length squared, past f16's range) and the sum
+    /// under `log_softmax`'s log stay f32.
+    #[default]
+    Half,
 }
 
 impl MpSettings {
@@ -38,7 +79,7 @@ impl MpSettings {
         Self {
             policy,
             pure: false,
-            full_precision_softmax: false,
+            softmax: SoftmaxPrecision::default(),
             overrides: Vec::new(),
         }
     }
@@ -73,11 +114,11 @@ impl MpSettings {
     }
 
     /// Keeps the softmax's exponentials and probabilities at f32, as PyTorch's unfused
-    /// autocast does. By default, under a policy that lowers, they are computed at f32 and
-    /// *stored* at the compute dtype: they lie in [0, 1], where the compute dtype has the
-    /// range, and autodiff keeps both for backward, so at f32 they dominate a transformer's
-    /// activation memory (fused attention kernels store them at the compute dtype too). The
-    /// sums and the log-sum-exp of `log_softmax` stay f32 either way.
+    /// autocast does: [`SoftmaxPrecision::Full`]. By default, under a policy that lowers,
+    /// they are computed and stored at the compute dtype ([`SoftmaxPrecision::Half`]): they
+    /// lie in [0, 1], where the compute dtype has the range, and autodiff keeps both for
+    /// backward, so at f32 they dominate a transformer's activation memory and the bytes
+    /// its memory-bound kernels move.
     ///
     /// ```
     /// use burn::backend::Flex;
@@ -97,9 +138,45 @@ impl MpSettings {
     /// assert_eq!(softmax(scores(&stored), 1).dtype(), DType::BF16);
     /// assert_eq!(softmax(scores(&full), 1).dtype(), DType::F32);
     /// ```
-    pub fn full_precision_softmax(mut self) -> Self {
-        self.full_precision_softmax = true;
+    pub fn full_precision_softmax(self) -> Self {
+        self.softmax_precision(SoftmaxPrecision::Full)
+    }
+
+    /// Runs the softmax's pieces as `softmax` says (see [`SoftmaxPrecision`]).
+    ///
+    /// ```
+    /// use burn::backend::Flex;
+    /// use burn::tensor::{DType, FloatDType, Tensor};
+    /// use burn::tensor::activation::softmax;
+    /// use burn_mpric::{MixedPrecision, MpSettings, Policy, SoftmaxPrecision};
+    ///
+    /// type B = MixedPrecision<Flex>;
+    /// let policy: Policy = "mixed_f16".parse().unwrap();
+    /// for mode in [SoftmaxPrecision::Stored, SoftmaxPrecision::Half] {
+    ///     let settings = MpSettings::new(policy).softmax_precision(mode);
+    ///     let device = B::device(Default::default(), settings).unwrap();
+    ///     let scores = Tensor::<B, 2>::ones([2, 3], &device).cast(FloatDType::F16);
+    ///     let p = softmax(scores, 1);
+    ///     assert_eq!(p.dtype(), DType::F16);
+    ///     let p: Vec<f32> = p.into_data().to_vec().unwrap();
+    ///     assert!(p.iter().all(|v| (v - 1.0 / 3.0).abs() < 1e-3));
+    /// }
+    /// ```
+    pub fn softmax_precision(mut self, softmax: SoftmaxPrecision) -> Self {
+        self.softmax = softmax;
         self
+    }
+
+    /// Where the softmax's pieces run (see [`SoftmaxPrecision`]).
+    ///
+    /// ```
+    /// use burn_mpric::{MpSettings, Policy, SoftmaxPrecision};
+    ///
+    /// let s = MpSettings::new(Policy::F32).full_precision_softmax();
+    /// assert_eq!(s.softmax(), SoftmaxPrecision::Full);
+    /// ```
+    pub fn softmax(&self) -> SoftmaxPrecision {
+        self.softmax
     }
 
     pub(crate) fn with_policy(self, policy: Policy) -> Self {

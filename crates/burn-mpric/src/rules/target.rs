@@ -6,7 +6,7 @@ use std::sync::Arc;
 use burn::tensor::FloatDType;
 use burn::tensor::backend::Backend;
 
-use super::settings::{MpSettings, in_full_precision_scope};
+use super::settings::{MpSettings, SoftmaxPrecision, in_full_precision_scope};
 use crate::BurnDType;
 use crate::policy::ResolveOnDevice;
 use crate::{Op, OpCategory, PolicyError, ResolvedPolicy};
@@ -135,11 +135,21 @@ impl DeviceRules {
 
     /// Whether `op`, given a compute-dtype `input` and a result known to fit the compute
     /// dtype's range, stores that result at the compute dtype (`ops/softmax.rs`; see
-    /// [`MpSettings::full_precision_softmax`](crate::MpSettings::full_precision_softmax)): only under a lowering policy, with the
+    /// [`SoftmaxPrecision`](crate::SoftmaxPrecision)): only under a lowering policy, with the
     /// op in its default category, outside a [`full_precision`](crate::full_precision) scope.
     pub(crate) fn stores_bounded_at_compute(&self, op: Op, input: FloatDType) -> bool {
+        self.settings.softmax != SoftmaxPrecision::Full && self.lowers_softmax(op, input)
+    }
+
+    /// Whether `op` on a piece of a softmax at the compute dtype also *computes* there
+    /// ([`SoftmaxPrecision::Half`]), under the conditions of
+    /// [`stores_bounded_at_compute`](Self::stores_bounded_at_compute).
+    pub(crate) fn computes_bounded_at_compute(&self, op: Op, input: FloatDType) -> bool {
+        self.settings.softmax == SoftmaxPrecision::Half && self.lowers_softmax(op, input)
+    }
+
+    fn lowers_softmax(&self, op: Op, input: FloatDType) -> bool {
         self.lowers()
-            && !self.settings.full_precision_softmax
             && input == self.dtypes.compute
             && self.categories[op.index()] == op.default_category()
             && !in_full_precision_scope()
