@@ -48,14 +48,21 @@ step() { # <name> <seconds> <binary> <args...>: skipped once the budget is spent
 bare=$(unpack bare)
 fused=$(unpack fused)
 
-# The loss scaler's device path on Burn's default (fused) backends, then bare.
-step scaler-fused 120 "$fused" --backend cuda --backend wgpu --workload loss_scaler_step \
-  --full --seconds-per-group 3
-# Where the mixed transformer step spends its time: op by op (0.21), kernel by kernel (0.22).
+# The steps the cost model predicts (BENCHMARKS.md 2026-12-07: the transformer block, the
+# activation-heavy step and the MLP on bare CUDA and Wgpu), then where the mixed transformer
+# step spends its time op by op (0.21) and kernel by kernel (0.22): the per-op times the
+# model's one bandwidth per workload stands in for.
+step steps-bare 150 "$bare" --backend cuda --backend wgpu --workload transformer_block_step \
+  --workload transformer_activations_step --workload mlp_step --full --seconds-per-group 2
 step profile 120 "$bare" --profile --full --backend cuda --backend wgpu
-# The transformer and MLP steps on Burn's default backends beside the bare ones.
+# The same steps on Burn's default (fused) backends.
 step steps-fused 150 "$fused" --backend cuda --backend wgpu --workload transformer_block_step \
   --workload transformer_activations_step --workload mlp_step --full --seconds-per-group 2
+# The loss scaler's device path on the fused backends, then bare.
+step scaler-fused 120 "$fused" --backend cuda --backend wgpu --workload loss_scaler_step \
+  --full --seconds-per-group 3
 step scaler-bare 90 "$bare" --backend cuda --workload loss_scaler_step --full \
   --seconds-per-group 3
+# The cost model's predictions for this binary (CPU only), beside the measured steps.
+step cost 60 "$bare" --cost
 echo "total $(($(date +%s) - start))s" | tee -a "$out/steps.txt"

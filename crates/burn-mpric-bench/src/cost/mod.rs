@@ -776,7 +776,15 @@ fn mixed_against_pure(out: &mut String, report: &CostReport) {
 /// devices, and writes `cost.md` and `cost.json` to `out`.
 pub fn run(gpu: &Sizes, default: &Sizes, out: &Path) -> std::io::Result<CostReport> {
     let mut rows = model_rows(gpu);
-    rows.extend(model_rows(default));
+    // A workload whose default size is its GPU size is modeled once.
+    for r in model_rows(default) {
+        if !rows
+            .iter()
+            .any(|g| g.workload == r.workload && g.size == r.size && g.variant == r.variant)
+        {
+            rows.push(r);
+        }
+    }
     let report = report(rows, &measured::h200());
     std::fs::create_dir_all(out)?;
     std::fs::write(out.join("cost.md"), markdown(&report))?;
