@@ -155,7 +155,7 @@ pub enum Variant {
 
 impl Variant {
     /// The variants of every group: the bare backend and the decorator's policies.
-    const ALL: [Variant; 4] = [
+    pub(crate) const ALL: [Variant; 4] = [
         Variant::Bare,
         Variant::Identity,
         Variant::MixedF16,
@@ -164,7 +164,7 @@ impl Variant {
 
     /// [`ALL`](Self::ALL) and the pure-half variants: the ideal mixed precision's time and
     /// memory are compared with, on the transformer steps.
-    const WITH_PURE_HALF: [Variant; 6] = [
+    pub(crate) const WITH_PURE_HALF: [Variant; 6] = [
         Variant::Bare,
         Variant::Identity,
         Variant::MixedF16,

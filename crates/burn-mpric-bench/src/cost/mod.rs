@@ -32,22 +32,6 @@ use measured::MeasuredRow;
 use probe::Probe;
 use step::{KernelClass, MethodShare, StepCost};
 
-/// The variants of the MLP steps, and those of the transformer steps.
-const MLP_VARIANTS: [Variant; 4] = [
-    Variant::Bare,
-    Variant::Identity,
-    Variant::MixedF16,
-    Variant::MixedBf16,
-];
-const TRANSFORMER_VARIANTS: [Variant; 6] = [
-    Variant::Bare,
-    Variant::Identity,
-    Variant::MixedF16,
-    Variant::MixedBf16,
-    Variant::PureF16,
-    Variant::PureBf16,
-];
-
 /// The workloads the model is fitted on, at their f32 variant: the rest is predicted.
 const FIT_ON: [Workload; 3] = [
     Workload::MlpStep,
@@ -197,22 +181,22 @@ fn steps(sizes: &Sizes) -> Vec<(Workload, Spec, Named)> {
         (
             Workload::MlpStep,
             mlp_spec(sizes, Scaling::None),
-            named(&MLP_VARIANTS, ""),
+            named(&Variant::ALL, ""),
         ),
         (
             Workload::LossScalerStep,
             mlp_spec(sizes, Scaling::HostRead),
-            named(&MLP_VARIANTS, " + dynamic scaler"),
+            named(&Variant::ALL, " + dynamic scaler"),
         ),
         (
             Workload::TransformerBlockStep,
             sizes.transformer.clone(),
-            with_softmax(&TRANSFORMER_VARIANTS),
+            with_softmax(&Variant::WITH_PURE_HALF),
         ),
         (
             Workload::TransformerActivationsStep,
             sizes.transformer_activations.clone(),
-            with_softmax(&TRANSFORMER_VARIANTS),
+            with_softmax(&Variant::WITH_PURE_HALF),
         ),
     ]
 }
@@ -529,6 +513,17 @@ fn targets(rows: &[CostRow], devices: &[DeviceModel]) -> Vec<Target> {
             met: value <= limit,
         })
     };
+    // `a`'s modeled time over `b`'s on each device, against `limit`.
+    let times = |push: &mut dyn FnMut(String, f64, f64),
+                 what: &str,
+                 a: &CostRow,
+                 b: &CostRow,
+                 limit: f64| {
+        for d in devices {
+            let ms = |r: &CostRow| r.modeled_ms.get(&d.name).map_or(f64::NAN, |m| m.ms);
+            push(format!("{what}, {}", d.name), ms(a) / ms(b), limit);
+        }
+    };
     let workload = Workload::TransformerBlockStep.name();
     for half in ["f16", "bf16"] {
         let (Some(mixed), Some(pure), Some(full)) = (
@@ -544,42 +539,29 @@ fn targets(rows: &[CostRow], devices: &[DeviceModel]) -> Vec<Target> {
             bytes(mixed) / bytes(pure),
             1.15,
         );
-        for d in devices {
-            let ms = |r: &CostRow| r.modeled_ms.get(&d.name).map_or(f64::NAN, |m| m.ms);
-            push(
-                format!(
-                    "transformer block, mixed_{half}, {}: time over f32's",
-                    d.name
-                ),
-                ms(mixed) / ms(full),
-                0.65,
-            );
-            push(
-                format!(
-                    "transformer block, mixed_{half}, {}: time over pure_{half}'s",
-                    d.name
-                ),
-                ms(mixed) / ms(pure),
-                1.15,
-            );
-        }
+        let what = format!("transformer block, mixed_{half}");
+        times(
+            &mut push,
+            &format!("{what}: time over f32's"),
+            mixed,
+            full,
+            0.65,
+        );
+        times(
+            &mut push,
+            &format!("{what}: time over pure_{half}'s"),
+            mixed,
+            pure,
+            1.15,
+        );
     }
     let workload = Workload::TransformerActivationsStep.name();
     if let (Some(mixed), Some(full)) = (
         get(workload, activations, "mixed_f16"),
         get(workload, activations, "f32"),
     ) {
-        for d in devices {
-            let ms = |r: &CostRow| r.modeled_ms.get(&d.name).map_or(f64::NAN, |m| m.ms);
-            push(
-                format!(
-                    "activation-heavy step, mixed_f16, {}: time over f32's",
-                    d.name
-                ),
-                ms(mixed) / ms(full),
-                0.95,
-            );
-        }
+        let what = "activation-heavy step, mixed_f16: time over f32's";
+        times(&mut push, what, mixed, full, 0.95);
     }
     out
 }
