@@ -198,7 +198,7 @@ impl Variant {
     }
 
     /// The half dtype the variant computes at, if any.
-    fn half(self) -> Option<FloatDType> {
+    pub(crate) fn half(self) -> Option<FloatDType> {
         match self {
             Variant::MixedF16 | Variant::PureF16 => Some(FloatDType::F16),
             Variant::MixedBf16 | Variant::PureBf16 => Some(FloatDType::BF16),

@@ -10,6 +10,8 @@
 //! to be trusted only as far as that list says. Writes `cost.md` and `cost.json`.
 
 pub mod device;
+#[cfg(feature = "fusion")]
+pub mod fused;
 pub mod lowering;
 pub mod measured;
 pub mod probe;
@@ -78,6 +80,8 @@ pub struct CostRow {
     pub matmul_flops: f64,
     /// The modeled time on each device.
     pub modeled_ms: BTreeMap<String, Modeled>,
+    /// Under fusion: the casts that still ran as kernels of their own (dtypes, shape).
+    pub unfused_casts: Option<Vec<String>>,
     /// Kernels, bytes and FLOPs per kind of kernel.
     pub by_class: BTreeMap<KernelClass, MethodShare>,
     /// Kernels, bytes and FLOPs per method, the most bytes first.
@@ -136,7 +140,7 @@ pub struct CostReport {
 /// A variant to model: the bench's variant, with the decorator's softmax setting where it
 /// is not the default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct ModeledVariant {
+pub struct ModeledVariant {
     variant: Variant,
     softmax: Option<SoftmaxPrecision>,
 }
@@ -247,6 +251,7 @@ fn row(workload: Workload, spec: &Spec, variant: String, cost: StepCost) -> Cost
         bytes_downloaded: cost.downloaded,
         matmul_flops: cost.matmul_flops(),
         modeled_ms: BTreeMap::new(),
+        unfused_casts: None,
         by_class: cost.by_class(),
         methods: cost
             .by_method()
@@ -257,9 +262,31 @@ fn row(workload: Workload, spec: &Spec, variant: String, cost: StepCost) -> Cost
     }
 }
 
+/// The variants modeled under fusion too (each takes minutes of autotuning on lavapipe):
+/// f32, mixed and pure f16.
+#[cfg(feature = "fusion")]
+const FUSED: [ModeledVariant; 3] = [
+    ModeledVariant {
+        variant: Variant::Bare,
+        softmax: None,
+    },
+    ModeledVariant {
+        variant: Variant::MixedF16,
+        softmax: None,
+    },
+    ModeledVariant {
+        variant: Variant::PureF16,
+        softmax: None,
+    },
+];
+
 /// The steps of every workload and variant at `sizes`, each logged once on Flex; the MLP's
-/// casts alone besides (`cast_overhead`'s replay: the casts of the mixed step).
-pub fn model_rows(sizes: &Sizes) -> Vec<CostRow> {
+/// casts alone besides (`cast_overhead`'s replay: the casts of the mixed step); with
+/// `fused` (and the `fusion` feature), the transformer steps of [`FUSED`]'s variants under
+/// Burn's fusion too.
+pub fn model_rows(sizes: &Sizes, fused: bool) -> Vec<CostRow> {
+    // Without the `fusion` feature there is nothing fused to model.
+    let _ = fused;
     let mut rows = Vec::new();
     for (workload, spec, variants) in steps(sizes) {
         let size = spec.label();
@@ -284,6 +311,23 @@ pub fn model_rows(sizes: &Sizes) -> Vec<CostRow> {
                     format!("casts alone ({name})"),
                     casts,
                 ));
+            }
+            #[cfg(feature = "fusion")]
+            if let (true, Some(probe)) = (fused && FUSED.contains(&m), Probe::of(&spec)) {
+                match fused::fused_step(m, &probe) {
+                    Ok(f) => {
+                        let fused = StepCost {
+                            uploaded: cost.uploaded,
+                            downloaded: cost.downloaded,
+                            ..f.cost
+                        };
+                        let mut r = row(workload, &spec, name.clone(), fused);
+                        r.fused = true;
+                        r.unfused_casts = Some(f.unfused_casts);
+                        rows.push(r);
+                    }
+                    Err(why) => eprintln!("[cost] {name} fused: not modeled ({why})"),
+                }
             }
             rows.push(row(workload, &spec, name, cost));
         }
@@ -326,8 +370,9 @@ fn matmul_points(measured: &[MeasuredRow], backend: &str) -> BTreeMap<String, Ve
 /// step beside their own variants: those rows are the MLP step's.
 fn find<'a>(rows: &'a [CostRow], m: &MeasuredRow) -> Option<&'a CostRow> {
     let exact = |workload: &str| {
-        rows.iter()
-            .find(|r| r.workload == workload && r.size == m.size && r.variant == m.variant)
+        rows.iter().find(|r| {
+            !r.fused && r.workload == workload && r.size == m.size && r.variant == m.variant
+        })
     };
     exact(&m.workload).or_else(|| {
         [Workload::LossScalerStep, Workload::CastOverhead]
@@ -539,6 +584,21 @@ fn targets(rows: &[CostRow], devices: &[DeviceModel]) -> Vec<Target> {
             bytes(mixed) / bytes(pure),
             1.15,
         );
+        let fused = |variant: &str| {
+            rows.iter().find(|r| {
+                r.workload == workload && r.size == block && r.variant == variant && r.fused
+            })
+        };
+        if let (Some(m), Some(p)) = (
+            fused(&format!("mixed_{half}")),
+            fused(&format!("pure_{half}")),
+        ) {
+            push(
+                format!("transformer block, mixed_{half}, fused: bytes over pure_{half}'s"),
+                bytes(m) / bytes(p),
+                1.15,
+            );
+        }
         let what = format!("transformer block, mixed_{half}");
         times(
             &mut push,
@@ -666,6 +726,7 @@ pub fn markdown(report: &CostReport) -> String {
         );
     }
     mixed_against_pure(&mut out, report);
+    unfused_casts(&mut out, report);
     out.push_str(
         "\n## Steps\n\n| workload | size | variant | fused | kernels | GB read | GB written | \
          GB uploaded | GFLOP |",
@@ -754,16 +815,51 @@ fn mixed_against_pure(out: &mut String, report: &CostReport) {
     }
 }
 
+/// The casts each fused row still runs as kernels of their own, grouped.
+fn unfused_casts(out: &mut String, report: &CostReport) {
+    let fused: Vec<&CostRow> = report.rows.iter().filter(|r| r.fused).collect();
+    if fused.is_empty() {
+        return;
+    }
+    out.push_str(
+        "\n## Under fusion: the casts left as kernels of their own\n\n\
+         | workload | size | variant | kernels | casts left (count x dtypes, shape, the op reading it) |\n\
+         |---|---|---|---:|---|\n",
+    );
+    for r in fused {
+        let mut groups: BTreeMap<&str, usize> = BTreeMap::new();
+        for c in r.unfused_casts.iter().flatten() {
+            *groups.entry(c.as_str()).or_default() += 1;
+        }
+        let casts: Vec<String> = groups.iter().map(|(c, n)| format!("{n} x {c}")).collect();
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} |",
+            r.workload,
+            r.size,
+            r.variant,
+            r.kernels,
+            if casts.is_empty() {
+                "none".to_string()
+            } else {
+                casts.join("; ")
+            }
+        );
+    }
+}
+
 /// `--cost`: models the steps at the GPU sizes and the default ones, fits and checks the
 /// devices, and writes `cost.md` and `cost.json` to `out`.
 pub fn run(gpu: &Sizes, default: &Sizes, out: &Path) -> std::io::Result<CostReport> {
-    let mut rows = model_rows(gpu);
+    let mut rows = model_rows(gpu, true);
     // A workload whose default size is its GPU size is modeled once.
-    for r in model_rows(default) {
-        if !rows
-            .iter()
-            .any(|g| g.workload == r.workload && g.size == r.size && g.variant == r.variant)
-        {
+    for r in model_rows(default, false) {
+        if !rows.iter().any(|g| {
+            g.workload == r.workload
+                && g.size == r.size
+                && g.variant == r.variant
+                && g.fused == r.fused
+        }) {
             rows.push(r);
         }
     }

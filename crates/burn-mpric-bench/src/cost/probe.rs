@@ -77,7 +77,8 @@ impl Probe {
         (d == 1).then_some(target)
     }
 
-    fn shape(&self, shape: &[usize]) -> Option<Vec<usize>> {
+    /// A probe shape at the target size.
+    pub fn shape(&self, shape: &[usize]) -> Option<Vec<usize>> {
         shape.iter().map(|&d| self.dim(d)).collect()
     }
 

@@ -128,6 +128,28 @@ impl StepCost {
         self.classified(method, KernelClass::Elementwise, read, written);
     }
 
+    /// Adds one fused kernel: `flops` (of its matmul, if any) at `dtype`, reading and
+    /// writing these bytes.
+    #[cfg(feature = "fusion")]
+    pub fn push_fused(
+        &mut self,
+        fuser: &'static str,
+        class: KernelClass,
+        flops: f64,
+        dtype: DType,
+        read: u64,
+        written: u64,
+    ) {
+        self.kernels.push(Kernel {
+            method: fuser,
+            class,
+            flops,
+            dtype,
+            read,
+            written,
+        });
+    }
+
     /// Adds one element-wise kernel of `method` that reads and writes these bytes.
     pub fn push_kernel(&mut self, method: &'static str, read: u64, written: u64) {
         self.kernel(method, read, written);
@@ -156,7 +178,7 @@ impl StepCost {
     }
 
     /// Adds one op, lowered as the cube backends run it.
-    fn add(&mut self, r: &OpRecord) {
+    pub(crate) fn add(&mut self, r: &OpRecord) {
         let inputs = || {
             r.float_inputs
                 .iter()
