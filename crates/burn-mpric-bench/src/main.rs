@@ -836,9 +836,7 @@ mod tests {
 
     #[test]
     fn device_memory_is_read_at_every_op_boundary_of_an_instrumented_case() {
-        let _heap = crate::memory::HEAP_TESTS
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let _heap = crate::memory::heap_tests();
         use burn::backend::Wgpu;
         use burn_mpric::instrument::{Instrumented, at_each_op};
 

@@ -69,6 +69,31 @@ unsafe impl GlobalAlloc for CountingAlloc {
 #[cfg(test)]
 pub static HEAP_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// Runs the (ignored) test `name` of this test binary in a process of its own, alone, and
+/// fails with its output unless it ran and passed.
+#[cfg(test)]
+pub fn in_own_process(name: &str) {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let out = std::process::Command::new(exe)
+        .args([name, "--exact", "--ignored", "--test-threads=1"])
+        .output()
+        .expect("the test binary runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{name} failed:\n{text}");
+    assert!(text.contains("1 passed"), "{name} did not run:\n{text}");
+}
+
+/// [`HEAP_TESTS`], held until the guard drops (a test that failed while holding it does not
+/// stop the others).
+#[cfg(test)]
+pub fn heap_tests() -> std::sync::MutexGuard<'static, ()> {
+    HEAP_TESTS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Reads a device's bytes in use.
 pub type DeviceCounter = Arc<dyn Fn() -> Result<u64, String> + Send + Sync>;
 

@@ -311,9 +311,7 @@ mod tests {
     /// f32, mixed_bf16 at bf16 with casts, and the table puts them side by side.
     #[test]
     fn a_transformer_step_is_profiled_at_each_variant() {
-        let _heap = crate::memory::HEAP_TESTS
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let _heap = crate::memory::heap_tests();
         let p = profile_backend(&tiny_setup());
         let names: Vec<&str> = p.variants.iter().map(|v| v.variant.as_str()).collect();
         assert!(

@@ -645,9 +645,7 @@ mod tests {
 
     #[test]
     fn half_storage_trains_half_params() {
-        let _heap = crate::memory::HEAP_TESTS
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let _heap = crate::memory::heap_tests();
         type B = Autodiff<Flex>;
         let device = Default::default();
         let f16 = Storage(FloatDType::F16);

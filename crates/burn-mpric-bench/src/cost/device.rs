@@ -294,6 +294,7 @@ mod tests {
     /// Rows made by a known device are fitted back to its launch cost and bandwidth.
     #[test]
     fn the_fit_recovers_the_parameters_that_made_the_rows() {
+        let _heap = crate::memory::heap_tests();
         let truth = device();
         let steps: Vec<StepCost> = [
             (10, 4_000_000_000u64),

@@ -293,6 +293,7 @@ mod tests {
     #[test]
     #[ignore = "about 5 minutes on lavapipe (autotuning); run with --ignored"]
     fn fusion_merges_the_mixed_blocks_kernels_and_bytes() {
+        let _heap = crate::memory::heap_tests();
         if crate::adapter::wgpu_unavailable().is_some() {
             eprintln!("skipping: no wgpu adapter");
             return;

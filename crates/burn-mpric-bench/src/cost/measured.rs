@@ -46,6 +46,7 @@ mod tests {
 
     #[test]
     fn the_h200_rows_are_read_with_their_backends_and_the_transformer_block() {
+        let _heap = crate::memory::heap_tests();
         let rows = h200();
         let block = rows
             .iter()

@@ -145,6 +145,7 @@ mod tests {
     /// size, op for op, for f32, mixed (the decorator's softmax included) and pure half.
     #[test]
     fn a_mapped_probe_log_equals_the_log_at_the_target_size() {
+        let _heap = crate::memory::heap_tests();
         let target = Spec::Transformer {
             batch: 3,
             seq: 8,

@@ -342,6 +342,7 @@ mod tests {
     /// the result; a matmul has 2 m k n FLOPs; views and uploads launch nothing.
     #[test]
     fn a_logged_computation_is_lowered_to_kernels_and_bytes() {
+        let _heap = crate::memory::heap_tests();
         let device = Default::default();
         let a = Tensor::<B, 3>::random([2, 3, 4], Distribution::Default, &device);
         let b = Tensor::<B, 3>::random([2, 4, 5], Distribution::Default, &device);
