@@ -52,6 +52,14 @@ fn vulkan_preflight() -> Result<(), String> {
     }
 }
 
+/// The workspace's crates that are tools of this repository, not for users (`publish = false`).
+const UNPUBLISHED: [&str; 4] = [
+    "burn-mpric-bench",
+    "burn-mpric-preflight",
+    "burn-mpric-examples",
+    "xtask",
+];
+
 fn check() -> Result<(), String> {
     vulkan_preflight()?;
     mpi::preflight()?;
@@ -61,6 +69,14 @@ fn check() -> Result<(), String> {
     layout::check(root)?;
     docs::check(root)?;
     cargo(&["fmt", "--all", "--", "--check"])?;
+    // Every crate a user depends on packages as crates.io takes it (versions on its path
+    // dependencies, its metadata); the tools are not published. Unverified: building each
+    // package from its archive takes minutes more (docs/testing.md).
+    let mut package = vec!["package", "--workspace", "--no-verify", "--allow-dirty"];
+    for tool in UNPUBLISHED {
+        package.extend(["--exclude", tool]);
+    }
+    cargo(&package)?;
     // One feature set for lints and tests, so that both share one build: the MPI transport
     // and its tests under `mpirun` are in it.
     cargo(&[
