@@ -17,10 +17,10 @@ use burn::nn::transformer::{
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::optim::{AdamConfig, GradientsParams};
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use burn_mpric_022::{Autocast, DataParallel, LossScaler, cast_for_output};
-use burn_mpric_cluster::{MpiWorld, Reduction, RunSpec};
-use burn_mpric_core::scale::LossScalePreset;
-use burn_mpric_core::{Policy, ResolvedPolicy};
+use burn_mpric_022::mpi::{MpiWorld, Reduction, RunSpec};
+use burn_mpric_022::{
+    Autocast, DataParallel, LossScalePreset, LossScaler, Policy, ResolvedPolicy, cast_for_output,
+};
 
 const VOCAB: usize = 16;
 const SEQ: usize = 8;
@@ -230,7 +230,7 @@ fn main() {
         Ok(_) => {}
         Err(e) => {
             eprintln!("error: {e}");
-            burn_mpric_cluster::end_mpi(1);
+            burn_mpric_022::mpi::end_mpi(1);
             std::process::exit(1);
         }
     }

@@ -28,8 +28,9 @@
 //! use burn::nn::{LinearConfig, loss::{MseLoss, Reduction}};
 //! use burn::optim::{AdamConfig, GradientsParams};
 //! use burn::tensor::{DType, Device, Tensor};
-//! use burn_mpric_022::{LossScaler, autocast, cast_for_compute, cast_for_output, resolve_policy};
-//! use burn_mpric_core::scale::LossScalePreset;
+//! use burn_mpric_022::{
+//!     LossScalePreset, LossScaler, autocast, cast_for_compute, cast_for_output, resolve_policy,
+//! };
 //!
 //! let device = Device::flex().autodiff();
 //! let policy = resolve_policy("mixed_f16".parse().unwrap(), &device).unwrap();
@@ -91,6 +92,41 @@ pub use train::{
     DevicePathOptimizer, LossScaleMetric, LossStep, ScaleRecord, Scaled, ScaledOutput,
     ScalerHandle, SkipCauseMetric, SkippedStepsMetric,
 };
+
+// The policy, its grammar and the loss-scale rules without tensors are burn-mpric-core's,
+// shared with the Burn 0.21 edition: re-exported so that this crate is a user's one
+// dependency besides Burn, under the names the 0.21 edition's `burn-mpric` gives them.
+pub use burn_mpric_core::scale::{
+    AnyDeviceRule, AwaitingSteps, DEFAULT_MAX_CONSECUTIVE_SKIPS, DeviceAdamConfig,
+    DeviceAdamWConfig, DeviceSgdConfig, DynamicLossScale, LossScale, LossScaleConfig,
+    LossScaleError, LossScaleKind, LossScalePreset, MAX_PENDING_STEPS, MAX_STATE_FILE_BYTES,
+    MIN_SCALE, NoOpLossScale, OVERFLOW_NAMES_SHOWN, Overflow, PROBE_SHIFT, ProbeRead,
+    RECORD_FORMAT_VERSION, ScalerRecord, ScalerState, ScalerStats, SkipCause, StateError,
+    StaticLossScale, StepAction, StepOutcome, StepSlot, UpdateRule, inverse_scale, unscale_dtype,
+};
+pub use burn_mpric_core::{
+    FloatDType, Op, OpCategory, Policy, PolicyDType, PolicyError, ResolvedPolicy, UnknownName,
+    dtype_name,
+};
+
+/// Multi-process training over MPI (feature `mpi`), from burn-mpric-cluster: in a module of
+/// its own, so that `mpi::Reduction` does not clash with `burn::nn::loss::Reduction`.
+///
+/// ```no_run
+/// use burn_mpric_022::mpi::{MpiWorld, Reduction};
+///
+/// let world = MpiWorld::init()?;
+/// let reduction = Reduction::Exact; // sums in rank order: the same bits at every world size
+/// # let _ = (world, reduction);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[cfg(feature = "mpi")]
+pub mod mpi {
+    pub use burn_mpric_cluster::{
+        ClusterError, Mpi, MpiWorld, Reduction, RunSpec, Timeouts, Transport, end_mpi,
+        launched_by_mpi,
+    };
+}
 
 #[doc(hidden)]
 pub mod __private {

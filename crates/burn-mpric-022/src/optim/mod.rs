@@ -64,6 +64,10 @@ pub use burn_mpric_core::optim::{
     BytesPerParameter, HeldBytes, MasterWeights, OptimizerPrecision, PrecisionError,
     RoundingStream, StateDtype,
 };
+// The update rules, as the device path's optimizer takes them too (burn-mpric-core's).
+pub use burn_mpric_core::scale::{
+    AnyDeviceRule, DeviceAdamConfig, DeviceAdamWConfig, DeviceSgdConfig,
+};
 pub use held::held_bytes;
 pub use optimizer::{LowPrecisionOptimizer, LowPrecisionState};
 pub use params::store_params;
