@@ -76,15 +76,7 @@ fn size(t: &TensorIr, probe: &Probe) -> Option<u64> {
 
 /// `op` as an `Instrumented` log would hold it, its shapes mapped by `probe`.
 fn record(op: &OperationIr, probe: &Probe) -> Option<OpRecord> {
-    let mut r = OpRecord {
-        op: method(op),
-        float_inputs: Vec::new(),
-        float_shapes: Vec::new(),
-        float_outputs: Vec::new(),
-        float_output_shapes: Vec::new(),
-        other_inputs: Vec::new(),
-        other_outputs: Vec::new(),
-    };
+    let mut r = OpRecord::named(method(op));
     for t in op.inputs() {
         let shape = probe.shape(&t.shape)?;
         if t.dtype.is_float() {

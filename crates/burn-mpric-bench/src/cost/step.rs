@@ -367,13 +367,11 @@ mod tests {
     #[test]
     fn the_weight_gradient_of_a_batched_linear_counts_its_per_batch_products() {
         let r = OpRecord {
-            op: "linear_weight_backward",
             float_inputs: vec![DType::F32, DType::F32],
             float_shapes: vec![vec![8, 16, 32], vec![8, 16, 64]],
             float_outputs: vec![DType::F32],
             float_output_shapes: vec![vec![32, 64]],
-            other_inputs: Vec::new(),
-            other_outputs: Vec::new(),
+            ..OpRecord::named("linear_weight_backward")
         };
         let cost = StepCost::of(&[r]);
         assert_eq!(cost.kernels.len(), 2);

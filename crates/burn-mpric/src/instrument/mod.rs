@@ -62,6 +62,30 @@ pub struct OpRecord {
     pub other_outputs: Vec<(DType, Vec<usize>)>,
 }
 
+impl OpRecord {
+    /// A record of `op` with no tensors yet: an upload before its output is known, or a
+    /// record built from another log.
+    ///
+    /// ```
+    /// use burn_mpric::instrument::OpRecord;
+    ///
+    /// let r = OpRecord::named("float_from_data");
+    /// assert_eq!(r.op, "float_from_data");
+    /// assert!(r.float_inputs.is_empty() && r.other_outputs.is_empty());
+    /// ```
+    pub fn named(op: &'static str) -> Self {
+        Self {
+            op,
+            float_inputs: Vec::new(),
+            float_shapes: Vec::new(),
+            float_outputs: Vec::new(),
+            float_output_shapes: Vec::new(),
+            other_inputs: Vec::new(),
+            other_outputs: Vec::new(),
+        }
+    }
+}
+
 /// The dtype and shape of one input tensor (float, int or bool).
 type TensorInput = (DType, Vec<usize>);
 
@@ -197,13 +221,10 @@ fn log(op: &'static str, inputs: Vec<TensorInput>) {
                 inputs.into_iter().partition(|(dtype, _)| dtype.is_float());
             let (float_inputs, float_shapes) = floats.into_iter().unzip();
             log.push(OpRecord {
-                op,
                 float_inputs,
                 float_shapes,
-                float_outputs: Vec::new(),
-                float_output_shapes: Vec::new(),
                 other_inputs,
-                other_outputs: Vec::new(),
+                ..OpRecord::named(op)
             });
         }
     });
@@ -217,15 +238,7 @@ fn log_upload<B: Backend, T: Wrap>(op: &'static str, out: &T) {
     }
     LOG.with(|l| {
         if let Some(log) = l.borrow_mut().as_mut() {
-            log.push(OpRecord {
-                op,
-                float_inputs: Vec::new(),
-                float_shapes: Vec::new(),
-                float_outputs: Vec::new(),
-                float_output_shapes: Vec::new(),
-                other_inputs: Vec::new(),
-                other_outputs: Vec::new(),
-            });
+            log.push(OpRecord::named(op));
         }
     });
     log_outputs::<B, T>(out);
