@@ -53,9 +53,10 @@ fn vulkan_preflight() -> Result<(), String> {
 }
 
 /// The workspace's crates that are tools of this repository, not for users (`publish = false`).
-const UNPUBLISHED: [&str; 4] = [
+const UNPUBLISHED: [&str; 5] = [
     "burn-mpric-bench",
     "burn-mpric-preflight",
+    "burn-mpric-snippets",
     "burn-mpric-examples",
     "xtask",
 ];
