@@ -95,19 +95,9 @@ pub use train::{
 
 // The policy, its grammar and the loss-scale rules without tensors are burn-mpric-core's,
 // shared with the Burn 0.21 edition: re-exported so that this crate is a user's one
-// dependency besides Burn, under the names the 0.21 edition's `burn-mpric` gives them.
-pub use burn_mpric_core::scale::{
-    AnyDeviceRule, AwaitingSteps, DEFAULT_MAX_CONSECUTIVE_SKIPS, DeviceAdamConfig,
-    DeviceAdamWConfig, DeviceSgdConfig, DynamicLossScale, LossScale, LossScaleConfig,
-    LossScaleError, LossScaleKind, LossScalePreset, MAX_PENDING_STEPS, MAX_STATE_FILE_BYTES,
-    MIN_SCALE, NoOpLossScale, OVERFLOW_NAMES_SHOWN, Overflow, PROBE_SHIFT, ProbeRead,
-    RECORD_FORMAT_VERSION, ScalerRecord, ScalerState, ScalerStats, SkipCause, StateError,
-    StaticLossScale, StepAction, StepOutcome, StepSlot, UpdateRule, inverse_scale, unscale_dtype,
-};
-pub use burn_mpric_core::{
-    FloatDType, Op, OpCategory, Policy, PolicyDType, PolicyError, ResolvedPolicy, UnknownName,
-    dtype_name,
-};
+// dependency besides Burn, the same list the 0.21 crates re-export.
+pub use burn_mpric_core::editions::policy::*;
+pub use burn_mpric_core::editions::scale::*;
 
 /// Multi-process training over MPI (feature `mpi`), from burn-mpric-cluster: in a module of
 /// its own, so that `mpi::Reduction` does not clash with `burn::nn::loss::Reduction`.

@@ -39,6 +39,7 @@
 
 pub mod audit;
 mod dtype;
+pub mod editions;
 pub mod export;
 mod op_table;
 pub mod optim;

@@ -118,13 +118,6 @@ pub use scaler::{CheckedGrads, LossScaler};
 pub use scaling::LossScaling;
 pub use unscale::{UnscaledGrads, cast_grads_to_param_dtype, unscale_grads};
 
-// The rules without tensors live once, in burn-mpric-core, for both editions.
-pub use burn_mpric_core::scale::{
-    AnyDeviceRule, AwaitingSteps, DEFAULT_MAX_CONSECUTIVE_SKIPS, DeviceAdamConfig,
-    DeviceAdamWConfig, DeviceSgdConfig, DynamicLossScale, LossScale, LossScaleConfig,
-    LossScaleError, LossScaleKind, LossScalePreset, MAX_PENDING_STEPS, MAX_STATE_FILE_BYTES,
-    MIN_SCALE, NoOpLossScale, OVERFLOW_NAMES_SHOWN, Overflow, PROBE_SHIFT, ProbeRead,
-    RECORD_FORMAT_VERSION, ScaleRecord, ScalerRecord, ScalerState, ScalerStats, SkipCause,
-    StateError, StaticLossScale, StepAction, StepOutcome, StepSlot, UpdateRule, inverse_scale,
-    unscale_dtype,
-};
+// The rules without tensors live once, in burn-mpric-core, for both editions (the list
+// both re-export: `burn_mpric_core::editions`).
+pub use burn_mpric_core::editions::scale::*;

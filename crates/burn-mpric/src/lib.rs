@@ -22,10 +22,7 @@ pub use handler::{
 };
 // The policy, its grammar and the op table are burn-mpric-core's, shared with the Burn 0.22
 // edition; `policy` bridges their dtypes to Burn 0.21's.
-pub use burn_mpric_core::{
-    FloatDType, Op, OpCategory, Policy, PolicyDType, PolicyError, ResolvedPolicy, UnknownName,
-    dtype_name,
-};
+pub use burn_mpric_core::editions::policy::*;
 pub use burn_mpric_scale::BurnDType;
 pub use policy::{ResolveOnDevice, half_dtype, supported_float_dtypes};
 pub use rules::{MpSettings, SoftmaxPrecision, full_precision};

@@ -137,6 +137,16 @@ pub struct CostReport {
     pub targets: Vec<Target>,
 }
 
+impl CostRow {
+    /// Whether this is the row of `variant` of `workload` at `size`, fused or not.
+    fn is(&self, workload: &str, size: &str, variant: &str, fused: bool) -> bool {
+        self.workload == workload
+            && self.size == size
+            && self.variant == variant
+            && self.fused == fused
+    }
+}
+
 /// A variant to model: the bench's variant, with the decorator's softmax setting where it
 /// is not the default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -370,9 +380,8 @@ fn matmul_points(measured: &[MeasuredRow], backend: &str) -> BTreeMap<String, Ve
 /// step beside their own variants: those rows are the MLP step's.
 fn find<'a>(rows: &'a [CostRow], m: &MeasuredRow) -> Option<&'a CostRow> {
     let exact = |workload: &str| {
-        rows.iter().find(|r| {
-            !r.fused && r.workload == workload && r.size == m.size && r.variant == m.variant
-        })
+        rows.iter()
+            .find(|r| r.is(workload, &m.size, &m.variant, false))
     };
     exact(&m.workload).or_else(|| {
         [Workload::LossScalerStep, Workload::CastOverhead]
@@ -545,9 +554,8 @@ pub fn report(mut rows: Vec<CostRow>, measured: &[MeasuredRow]) -> CostReport {
 fn targets(rows: &[CostRow], devices: &[DeviceModel]) -> Vec<Target> {
     let block = "b32 s512 d1024 h16 ff4096 l1";
     let activations = "b16 s256 d128 h4 ff512 l2";
-    let get = |workload: &str, size: &str, variant: &str| {
-        rows.iter()
-            .find(|r| r.workload == workload && r.size == size && r.variant == variant && !r.fused)
+    let get = |workload: &str, size: &str, variant: &str, fused: bool| {
+        rows.iter().find(|r| r.is(workload, size, variant, fused))
     };
     let mut out = Vec::new();
     let mut push = |name: String, value: f64, limit: f64| {
@@ -572,9 +580,9 @@ fn targets(rows: &[CostRow], devices: &[DeviceModel]) -> Vec<Target> {
     let workload = Workload::TransformerBlockStep.name();
     for half in ["f16", "bf16"] {
         let (Some(mixed), Some(pure), Some(full)) = (
-            get(workload, block, &format!("mixed_{half}")),
-            get(workload, block, &format!("pure_{half}")),
-            get(workload, block, "f32"),
+            get(workload, block, &format!("mixed_{half}"), false),
+            get(workload, block, &format!("pure_{half}"), false),
+            get(workload, block, "f32", false),
         ) else {
             continue;
         };
@@ -584,14 +592,9 @@ fn targets(rows: &[CostRow], devices: &[DeviceModel]) -> Vec<Target> {
             bytes(mixed) / bytes(pure),
             1.15,
         );
-        let fused = |variant: &str| {
-            rows.iter().find(|r| {
-                r.workload == workload && r.size == block && r.variant == variant && r.fused
-            })
-        };
         if let (Some(m), Some(p)) = (
-            fused(&format!("mixed_{half}")),
-            fused(&format!("pure_{half}")),
+            get(workload, block, &format!("mixed_{half}"), true),
+            get(workload, block, &format!("pure_{half}"), true),
         ) {
             push(
                 format!("transformer block, mixed_{half}, fused: bytes over pure_{half}'s"),
@@ -617,8 +620,8 @@ fn targets(rows: &[CostRow], devices: &[DeviceModel]) -> Vec<Target> {
     }
     let workload = Workload::TransformerActivationsStep.name();
     if let (Some(mixed), Some(full)) = (
-        get(workload, activations, "mixed_f16"),
-        get(workload, activations, "f32"),
+        get(workload, activations, "mixed_f16", false),
+        get(workload, activations, "f32", false),
     ) {
         let what = "activation-heavy step, mixed_f16: time over f32's";
         times(&mut push, what, mixed, full, 0.95);
@@ -767,12 +770,10 @@ pub fn markdown(report: &CostReport) -> String {
 fn mixed_against_pure(out: &mut String, report: &CostReport) {
     let block = "b32 s512 d1024 h16 ff4096 l1";
     let get = |variant: &str| {
-        report.rows.iter().find(|r| {
-            r.workload == Workload::TransformerBlockStep.name()
-                && r.size == block
-                && r.variant == variant
-                && !r.fused
-        })
+        report
+            .rows
+            .iter()
+            .find(|r| r.is(Workload::TransformerBlockStep.name(), block, variant, false))
     };
     let (Some(mixed), Some(pure)) = (get("mixed_f16"), get("pure_f16")) else {
         return;
@@ -854,12 +855,10 @@ pub fn run(gpu: &Sizes, default: &Sizes, out: &Path) -> std::io::Result<CostRepo
     let mut rows = model_rows(gpu, true);
     // A workload whose default size is its GPU size is modeled once.
     for r in model_rows(default, false) {
-        if !rows.iter().any(|g| {
-            g.workload == r.workload
-                && g.size == r.size
-                && g.variant == r.variant
-                && g.fused == r.fused
-        }) {
+        if !rows
+            .iter()
+            .any(|g| g.is(&r.workload, &r.size, &r.variant, r.fused))
+        {
             rows.push(r);
         }
     }
