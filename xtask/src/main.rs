@@ -4,7 +4,8 @@
 //!   rules (no import circles, a Burn-independent core; see `layout.rs`), the documentation
 //!   rules (no path outside the repository, relative links that resolve, the op table's
 //!   document; see `docs.rs`), formatting, lints and the whole test suite with the MPI
-//!   transport built in (`mpi::FEATURES`), as CI runs them; the export test's Python
+//!   transport built in (`mpi::FEATURES`), as CI runs them, and `cargo package` of every
+//!   publishable crate (`package.rs`); the export test's Python
 //!   (`python.rs`) is installed into `target/python` first.
 //! - `burn023`: the Burn 0.22 edition's tests against Burn 0.23.0-pre.1 (outside CI; see
 //!   `burn023.rs`).
@@ -19,6 +20,7 @@ mod docs;
 mod inference;
 mod layout;
 mod mpi;
+mod package;
 mod python;
 
 use std::path::Path;
@@ -52,15 +54,6 @@ fn vulkan_preflight() -> Result<(), String> {
     }
 }
 
-/// The workspace's crates that are tools of this repository, not for users (`publish = false`).
-const UNPUBLISHED: [&str; 5] = [
-    "burn-mpric-bench",
-    "burn-mpric-preflight",
-    "burn-mpric-snippets",
-    "burn-mpric-examples",
-    "xtask",
-];
-
 fn check() -> Result<(), String> {
     vulkan_preflight()?;
     mpi::preflight()?;
@@ -71,13 +64,8 @@ fn check() -> Result<(), String> {
     docs::check(root)?;
     cargo(&["fmt", "--all", "--", "--check"])?;
     // Every crate a user depends on packages as crates.io takes it (versions on its path
-    // dependencies, its metadata); the tools are not published. Unverified: building each
-    // package from its archive takes minutes more (docs/testing.md).
-    let mut package = vec!["package", "--workspace", "--no-verify", "--allow-dirty"];
-    for tool in UNPUBLISHED {
-        package.extend(["--exclude", tool]);
-    }
-    cargo(&package)?;
+    // dependencies, its metadata); the tools are not published.
+    package::check()?;
     // One feature set for lints and tests, so that both share one build: the MPI transport
     // and its tests under `mpirun` are in it.
     cargo(&[
