@@ -20,9 +20,8 @@ fn unpublished(metadata: &str) -> Result<Vec<String>, String> {
         .collect())
 }
 
-/// Packages every publishable crate of the workspace, without building the packages again
-/// (docs/testing.md gives the verified command and its time).
-pub fn check() -> Result<(), String> {
+/// This workspace's members, as `cargo metadata --no-deps` gives them (JSON).
+fn metadata() -> Result<String, String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(&cargo)
         .args(["metadata", "--no-deps", "--format-version", "1"])
@@ -34,7 +33,13 @@ pub fn check() -> Result<(), String> {
             String::from_utf8_lossy(&out.stderr)
         ));
     }
-    let tools = unpublished(&String::from_utf8_lossy(&out.stdout))?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Packages every publishable crate of the workspace, without building the packages again
+/// (docs/testing.md gives the verified command and its time).
+pub fn check() -> Result<(), String> {
+    let tools = unpublished(&metadata()?)?;
     let mut args = vec!["package", "--workspace", "--no-verify", "--allow-dirty"];
     for tool in &tools {
         args.extend(["--exclude", tool.as_str()]);
@@ -61,11 +66,7 @@ mod tests {
     /// on are not.
     #[test]
     fn this_workspaces_tools_are_unpublished() {
-        let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args(["metadata", "--no-deps", "--format-version", "1"])
-            .output()
-            .unwrap();
-        let tools = unpublished(&String::from_utf8_lossy(&out.stdout)).unwrap();
+        let tools = unpublished(&metadata().unwrap()).unwrap();
         for tool in ["burn-mpric-bench", "burn-mpric-snippets", "xtask"] {
             assert!(tools.iter().any(|t| t == tool), "{tool} not in {tools:?}");
         }
