@@ -5,8 +5,11 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::{env, fs};
 
-/// burn-mpric's README is its crate docs: rustdoc runs its blocks there already.
-const COMPILED_ELSEWHERE: &str = "crates/burn-mpric/README.md";
+/// The READMEs that are their crates' docs: rustdoc runs their blocks there already.
+const COMPILED_ELSEWHERE: [&str; 2] = [
+    "crates/burn-mpric/README.md",
+    "crates/burn-mpric-022/README.md",
+];
 
 fn pages(root: &Path) -> Vec<PathBuf> {
     let mut pages = vec![root.join("README.md")];
@@ -22,7 +25,7 @@ fn pages(root: &Path) -> Vec<PathBuf> {
         found.sort();
         pages.extend(found);
     }
-    pages.retain(|p| !p.ends_with(COMPILED_ELSEWHERE));
+    pages.retain(|p| !COMPILED_ELSEWHERE.iter().any(|c| p.ends_with(c)));
     pages
 }
 

@@ -3,9 +3,11 @@
 //! - `check`: the Vulkan and MPI preflights (burn-mpric-preflight, `mpi.rs`), the layout
 //!   rules (no import circles, a Burn-independent core; see `layout.rs`), the documentation
 //!   rules (no path outside the repository, relative links that resolve, the op table's
-//!   document; see `docs.rs`), formatting, lints and the whole test suite with the MPI
-//!   transport built in (`mpi::FEATURES`), as CI runs them, and `cargo package` of every
-//!   publishable crate (`package.rs`); the export test's Python
+//!   document; see `docs.rs`), the crate READMEs' layout and public items (`readme.rs`),
+//!   formatting, lints and the whole test suite with the MPI
+//!   transport built in (`mpi::FEATURES`), as CI runs them, `cargo package` of every
+//!   publishable crate (`package.rs`), and README.md's quick starts built and run as a
+//!   user's project on the packaged crates (`user_project.rs`); the export test's Python
 //!   (`python.rs`) is installed into `target/python` first.
 //! - `burn023`: the Burn 0.22 edition's tests against Burn 0.23.0-pre.1 (outside CI; see
 //!   `burn023.rs`).
@@ -22,6 +24,8 @@ mod layout;
 mod mpi;
 mod package;
 mod python;
+mod readme;
+mod user_project;
 
 use std::path::Path;
 use std::process::{Command, ExitCode};
@@ -62,6 +66,13 @@ fn check() -> Result<(), String> {
         .ok_or("xtask has no parent directory")?;
     layout::check(root)?;
     docs::check(root)?;
+    // The published crates' READMEs name their files and public items.
+    let published: Vec<package::Member> = package::members()?
+        .into_iter()
+        .filter(|m| m.published)
+        .collect();
+    let dirs: Vec<&Path> = published.iter().map(|m| m.dir.as_path()).collect();
+    readme::check(&dirs)?;
     cargo(&["fmt", "--all", "--", "--check"])?;
     // Every crate a user depends on packages as crates.io takes it (versions on its path
     // dependencies, its metadata); the tools are not published.
@@ -99,6 +110,10 @@ fn check() -> Result<(), String> {
         let tests = ["--test", "wgpu", "--test", "device_path"];
         cargo(&[&["test", "-p", package, "--features", features][..], &tests].concat())?;
     }
+    // A new user's project outside the workspace: each edition's quick start from README.md
+    // on the packaged crates.
+    let names: Vec<String> = published.into_iter().map(|m| m.name).collect();
+    user_project::check(root, &names)?;
     Ok(())
 }
 

@@ -6,7 +6,7 @@ use burn_mpric_cluster::MPIRUN_ENV;
 use std::process::Command;
 
 /// The features that build the MPI transport and its tests, for every crate that has them.
-pub const FEATURES: &str = "burn-mpric-cluster/mpi,burn-mpric-scale/mpi,burn-mpric-022/mpi,burn-mpric-train/mpi,burn-mpric-examples/mpi,burn-mpric-snippets/mpi";
+pub const FEATURES: &str = "burn-mpric/mpi,burn-mpric-cluster/mpi,burn-mpric-scale/mpi,burn-mpric-022/mpi,burn-mpric-train/mpi,burn-mpric-examples/mpi,burn-mpric-snippets/mpi";
 
 /// What to install for MPI on Debian or Ubuntu.
 const INSTALL: &str = "apt-get install -y libopenmpi-dev openmpi-bin libclang-dev";

@@ -50,3 +50,16 @@ pub use spec::{RunSpec, Timeouts};
 pub use tcp::Tcp;
 pub use transport::{Reduction, Transport, sum_in_rank_order};
 pub use worker::Worker;
+
+/// What the two editions re-export as their `mpi` module (`burn_mpric::mpi`,
+/// `burn_mpric_022::mpi`; feature `mpi`): one list, so that both offer the same names.
+#[cfg(feature = "mpi")]
+pub mod editions {
+    /// The MPI transport and what a process needs to join a run over it.
+    pub mod mpi {
+        pub use crate::{
+            ClusterError, Mpi, MpiWorld, Reduction, RunSpec, Timeouts, Transport, end_mpi,
+            launched_by_mpi,
+        };
+    }
+}

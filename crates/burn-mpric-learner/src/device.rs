@@ -6,7 +6,7 @@ use std::any::type_name;
 use burn::module::AutodiffModule;
 use burn::optim::{GradientsParams, MultiGradientsParams, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
-use burn_mpric::scale::{
+use burn_mpric_scale::{
     AwaitingSteps, DeviceLossScaler, DeviceOptimizer, DeviceOptimizerRecord, DeviceRule, StepError,
 };
 
@@ -28,7 +28,7 @@ use crate::on_device::OnDevice;
 /// ```
 /// use burn::backend::{Autodiff, Flex};
 /// use burn_mpric::scale::{DeviceAdamConfig, LossScaler};
-/// use burn_mpric_learner::ScalerHandle;
+/// use burn_mpric::learner::ScalerHandle;
 ///
 /// type B = Autodiff<Flex>;
 /// let handle = ScalerHandle::new(LossScaler::default());
@@ -105,7 +105,7 @@ impl ScalerHandle {
     ///
     /// The host learns the steps later, all pending ones in one read: every `sync_every`
     /// steps, one step behind (`0`: only at the syncs below, and once
-    /// [`MAX_PENDING_STEPS`](burn_mpric::scale::MAX_PENDING_STEPS) are pending); before each
+    /// [`MAX_PENDING_STEPS`](burn_mpric_scale::MAX_PENDING_STEPS) are pending); before each
     /// validation epoch (burn-train calls `valid()`), at each checkpoint (the record holds the
     /// scaler as of every step), and whenever the handle is asked ([`sync`](Self::sync),
     /// [`scale`](Self::scale), [`stats`](Self::stats), [`snapshot`](Self::snapshot)). What
@@ -124,7 +124,7 @@ impl ScalerHandle {
     /// ```
     /// use burn::backend::{Autodiff, Flex};
     /// use burn_mpric::scale::{DeviceSgdConfig, LossScaler};
-    /// use burn_mpric_learner::ScalerHandle;
+    /// use burn_mpric::learner::ScalerHandle;
     ///
     /// type B = Autodiff<Flex>;
     /// let handle = ScalerHandle::new(LossScaler::default());

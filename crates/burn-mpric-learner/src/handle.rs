@@ -12,7 +12,7 @@ use burn::module::{
 use burn::optim::{GradientsParams, MultiGradientsParams};
 use burn::tensor::Tensor;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn_mpric::scale::{
+use burn_mpric_scale::{
     DataParallel, DeviceLossScaler, LossScaler, LossScalerRecord, ScalerStats, StateError,
     StepError, StepOutcome,
 };
@@ -38,7 +38,7 @@ use crate::record::StepSlot;
 /// use burn::backend::Flex;
 /// use burn::module::Module;
 /// use burn_mpric::scale::LossScaler;
-/// use burn_mpric_learner::ScalerHandle;
+/// use burn_mpric::learner::ScalerHandle;
 ///
 /// let handle = ScalerHandle::new(LossScaler::fixed(8.0).unwrap());
 /// let clone = handle.clone();
@@ -103,7 +103,7 @@ impl ScalerHandle {
     /// ```
     /// use burn_mpric::scale::{DataParallel, LossScaler};
     /// use burn_mpric_cluster::{ClusterError, Transport};
-    /// use burn_mpric_learner::ScalerHandle;
+    /// use burn_mpric::learner::ScalerHandle;
     ///
     /// struct Alone;
     /// impl Transport for Alone {
@@ -155,7 +155,7 @@ impl ScalerHandle {
     /// ([`device_optimizer`](Self::device_optimizer)).
     ///
     /// ```
-    /// use burn_mpric_learner::ScalerHandle;
+    /// use burn_mpric::learner::ScalerHandle;
     ///
     /// assert!(!ScalerHandle::default().is_on_device());
     /// ```
@@ -172,7 +172,7 @@ impl ScalerHandle {
     /// run), or with a read error (the steps stay pending).
     ///
     /// ```
-    /// use burn_mpric_learner::ScalerHandle;
+    /// use burn_mpric::learner::ScalerHandle;
     ///
     /// assert!(ScalerHandle::default().sync().unwrap().is_empty());
     /// ```
@@ -213,7 +213,7 @@ impl ScalerHandle {
     /// On the device path, the pending steps are read first ([`sync`](Self::sync)).
     ///
     /// ```
-    /// use burn_mpric_learner::ScalerHandle;
+    /// use burn_mpric::learner::ScalerHandle;
     ///
     /// assert_eq!(ScalerHandle::default().scale(), 1.0);
     /// ```
@@ -227,7 +227,7 @@ impl ScalerHandle {
     /// On the device path, the pending steps are read first ([`sync`](Self::sync)).
     ///
     /// ```
-    /// use burn_mpric_learner::ScalerHandle;
+    /// use burn_mpric::learner::ScalerHandle;
     ///
     /// assert_eq!(ScalerHandle::default().stats().skipped, 0);
     /// ```
@@ -241,7 +241,7 @@ impl ScalerHandle {
     /// On the device path, the pending steps are read first ([`sync`](Self::sync)).
     ///
     /// ```
-    /// use burn_mpric_learner::ScalerHandle;
+    /// use burn_mpric::learner::ScalerHandle;
     ///
     /// assert_eq!(ScalerHandle::default().snapshot().scale(), 1.0);
     /// ```
@@ -265,7 +265,7 @@ impl ScalerHandle {
     ///
     /// ```
     /// use burn_mpric::scale::{LossScaleConfig, LossScaler};
-    /// use burn_mpric_learner::ScalerHandle;
+    /// use burn_mpric::learner::ScalerHandle;
     ///
     /// let mut saved = LossScaler::dynamic(LossScaleConfig::new().with_initial_scale(8.0)).unwrap();
     /// saved.update(false);

@@ -9,7 +9,7 @@ use burn::train::metric::{
     SerializedEntry,
 };
 
-use burn_mpric::scale::SkipCause;
+use burn_mpric_scale::SkipCause;
 
 use crate::ScaleRecord;
 
@@ -84,7 +84,7 @@ record_metric!(
     ///
     /// ```
     /// use burn::train::metric::Metric;
-    /// use burn_mpric_learner::LossScaleMetric;
+    /// use burn_mpric::learner::LossScaleMetric;
     ///
     /// assert_eq!(LossScaleMetric::new().name().as_str(), "Loss Scale");
     /// ```
@@ -99,7 +99,7 @@ record_metric!(
     ///
     /// ```
     /// use burn::train::metric::Metric;
-    /// use burn_mpric_learner::SkippedStepsMetric;
+    /// use burn_mpric::learner::SkippedStepsMetric;
     ///
     /// assert_eq!(SkippedStepsMetric::new().name().as_str(), "Skipped Steps");
     /// ```
@@ -119,7 +119,7 @@ record_metric!(
     ///
     /// ```
     /// use burn::train::metric::Metric;
-    /// use burn_mpric_learner::SkipCauseMetric;
+    /// use burn_mpric::learner::SkipCauseMetric;
     ///
     /// assert_eq!(SkipCauseMetric::new().name().as_str(), "Skip Cause");
     /// ```
@@ -141,7 +141,7 @@ record_metric!(
 /// ```
 /// use burn::train::metric::{Metric, MetricMetadata};
 /// use burn::data::dataloader::Progress;
-/// use burn_mpric_learner::{OverflowedParamsMetric, ScaleRecord};
+/// use burn_mpric::learner::{OverflowedParamsMetric, ScaleRecord};
 ///
 /// let mut metric = OverflowedParamsMetric::new();
 /// assert_eq!(metric.name().as_str(), "Overflowed Parameters");
@@ -179,7 +179,7 @@ impl Metric for OverflowedParamsMetric {
                 format!(
                     "{}: {}",
                     self.name,
-                    overflow.summary(burn_mpric::scale::OVERFLOW_NAMES_SHOWN)
+                    overflow.summary(burn_mpric_scale::OVERFLOW_NAMES_SHOWN)
                 ),
                 if overflow.params.is_empty() {
                     "(global norm)".to_string()

@@ -5,7 +5,7 @@ use std::any::Any;
 use std::fmt;
 
 use burn::tensor::backend::Backend;
-use burn_mpric::scale::{AwaitingSteps, DeviceLossScaler, LossScaler, StepError, StepOutcome};
+use burn_mpric_scale::{AwaitingSteps, DeviceLossScaler, LossScaler, StepError, StepOutcome};
 
 /// A [`DeviceLossScaler`] of any backend, as the (untyped) `ScalerHandle` holds it.
 pub(crate) trait DeviceScaler: Send {

@@ -6,8 +6,8 @@ use burn::train::metric::{
     AccuracyInput, Adaptor, AurocInput, CerInput, ConfusionStatsInput, HammingScoreInput,
     LossInput, PerplexityInput, TopKAccuracyInput, WerInput,
 };
-pub use burn_mpric::scale::ScaleRecord;
-pub(crate) use burn_mpric::scale::StepSlot;
+pub use burn_mpric_scale::ScaleRecord;
+pub(crate) use burn_mpric_scale::StepSlot;
 
 /// The output item of a [`Scaled`](crate::Scaled) training step: the wrapped model's item and
 /// the step's loss-scaling slot. burn-train syncs it into a [`ScaledItem`].
@@ -45,7 +45,7 @@ impl<O: ItemLazy> ItemLazy for ScaledOutput<O> {
 ///
 /// ```
 /// use burn::train::metric::Adaptor;
-/// use burn_mpric_learner::{ScaleRecord, ScaledItem};
+/// use burn_mpric::learner::{ScaleRecord, ScaledItem};
 ///
 /// let item = ScaledItem { item: (), record: ScaleRecord::undecided(4.0, 0) };
 /// let record: ScaleRecord = item.adapt();
@@ -70,7 +70,7 @@ impl<O> Adaptor<ScaleRecord> for ScaledItem<O> {
 ///
 /// ```
 /// use burn::train::metric::Adaptor;
-/// use burn_mpric_learner::{ScaleRecord, ScaledItem, forward_adaptors};
+/// use burn_mpric::learner::{ScaleRecord, ScaledItem, forward_adaptors};
 ///
 /// pub struct Margin(f64);
 /// pub struct MyOutput(f64);

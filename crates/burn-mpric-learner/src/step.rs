@@ -11,7 +11,7 @@ use burn::tensor::Tensor;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::train::{InferenceStep, ItemLazy, TrainOutput, TrainStep};
 
-use burn_mpric::scale::{LossScalerRecord, StepError};
+use burn_mpric_scale::{LossScalerRecord, StepError};
 
 use crate::{ScaledOutput, ScalerHandle};
 
@@ -22,7 +22,7 @@ use crate::{ScaledOutput, ScalerHandle};
 /// use burn::nn::{Linear, loss::CrossEntropyLossConfig};
 /// use burn::tensor::{Int, Tensor, backend::AutodiffBackend};
 /// use burn::train::ClassificationOutput;
-/// use burn_mpric_learner::LossStep;
+/// use burn_mpric::learner::LossStep;
 ///
 /// #[derive(burn::module::Module, Debug)]
 /// struct Classifier<B: burn::tensor::backend::Backend> { head: Linear<B> }
@@ -48,7 +48,7 @@ pub trait LossStep<B: AutodiffBackend> {
 
     /// A copy of `item` for the probe of a skipped step: its batch runs once more at a far
     /// lower scale, and [`SkipCauseMetric`](crate::SkipCauseMetric) shows whether the problem
-    /// moves with the scale ([`SkipCause`](burn_mpric::scale::SkipCause)). `None` (the
+    /// moves with the scale ([`SkipCause`](burn_mpric_scale::SkipCause)). `None` (the
     /// default) leaves skipped steps unprobed. A batch of tensors clones cheaply (a reference
     /// count): `Some(item.clone())`. Probed on one device without processes only.
     fn probe_copy(&self, _item: &Self::Input) -> Option<Self::Input> {
@@ -72,7 +72,7 @@ pub trait LossStep<B: AutodiffBackend> {
 /// use burn::module::Module;
 /// use burn::nn::LinearConfig;
 /// use burn_mpric::scale::LossScaler;
-/// use burn_mpric_learner::{Scaled, ScalerHandle};
+/// use burn_mpric::learner::{Scaled, ScalerHandle};
 ///
 /// type B = Autodiff<Flex>;
 /// let device = Default::default();

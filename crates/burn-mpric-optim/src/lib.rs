@@ -53,10 +53,9 @@ mod optimizer;
 mod params;
 mod round;
 
-pub use burn_mpric_core::optim::{
-    BytesPerParameter, HeldBytes, MasterWeights, OptimizerPrecision, PrecisionError,
-    RoundingStream, StateDtype,
-};
+// The precision settings and the update rules (as the device path's optimizer takes them),
+// burn-mpric-core's: the same list in both editions.
+pub use burn_mpric_core::editions::optim::*;
 pub use held::held_bytes;
 pub use optimizer::{LowPrecisionOptimizer, LowPrecisionState};
 pub use params::store_params;

@@ -35,3 +35,29 @@ pub use burn_mpric_scale::cast_grads_to_param_dtype;
 
 /// The loss-scaling crate, re-exported: `burn_mpric::scale::LossScaler` etc.
 pub use burn_mpric_scale as scale;
+
+/// Optimizer state and master weights at bf16 (burn-mpric-optim), re-exported:
+/// `burn_mpric::optim::LowPrecisionOptimizer` etc.
+pub use burn_mpric_optim as optim;
+
+/// burn-train's `Learner` with loss scaling (burn-mpric-learner, feature `learner`),
+/// re-exported: `burn_mpric::learner::Scaled` etc.
+#[cfg(feature = "learner")]
+pub use burn_mpric_learner as learner;
+
+/// Multi-process training over MPI (feature `mpi`), from burn-mpric-cluster: in a module of
+/// its own, so that `mpi::Reduction` does not clash with `burn::nn::loss::Reduction`. The
+/// gradients' sum across processes is `scale::DataParallel`.
+///
+/// ```no_run
+/// use burn_mpric::mpi::{MpiWorld, Reduction};
+///
+/// let world = MpiWorld::init()?;
+/// let reduction = Reduction::Exact; // sums in rank order: the same bits at every world size
+/// # let _ = (world, reduction);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[cfg(feature = "mpi")]
+pub mod mpi {
+    pub use burn_mpric_cluster::editions::mpi::*;
+}

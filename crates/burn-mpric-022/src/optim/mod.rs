@@ -33,10 +33,10 @@
 //! use burn::nn::LinearConfig;
 //! use burn::optim::GradientsParams;
 //! use burn::tensor::{DType, Device, Tensor};
-//! use burn_mpric_022::optim::{LowPrecisionOptimizer, MasterWeights, OptimizerPrecision, StateDtype};
-//! use burn_mpric_022::{autocast, cast_for_compute};
-//! use burn_mpric_core::ResolvedPolicy;
-//! use burn_mpric_core::scale::DeviceAdamConfig;
+//! use burn_mpric_022::optim::{
+//!     DeviceAdamConfig, LowPrecisionOptimizer, MasterWeights, OptimizerPrecision, StateDtype,
+//! };
+//! use burn_mpric_022::{ResolvedPolicy, autocast, cast_for_compute};
 //!
 //! let device = Device::flex().autodiff();
 //! let policy: ResolvedPolicy = "mixed_bf16".parse()?;
@@ -60,14 +60,9 @@ mod optimizer;
 mod params;
 mod round;
 
-pub use burn_mpric_core::optim::{
-    BytesPerParameter, HeldBytes, MasterWeights, OptimizerPrecision, PrecisionError,
-    RoundingStream, StateDtype,
-};
-// The update rules, as the device path's optimizer takes them too (burn-mpric-core's).
-pub use burn_mpric_core::scale::{
-    AnyDeviceRule, DeviceAdamConfig, DeviceAdamWConfig, DeviceSgdConfig,
-};
+// The precision settings and the update rules (as the device path's optimizer takes them),
+// burn-mpric-core's: the same list in both editions.
+pub use burn_mpric_core::editions::optim::*;
 pub use held::held_bytes;
 pub use optimizer::{LowPrecisionOptimizer, LowPrecisionState};
 pub use params::store_params;
