@@ -42,6 +42,17 @@ pub fn members() -> Result<Vec<Member>, String> {
     members_of(&metadata()?)
 }
 
+/// This workspace's build folder (`target/`, or where `CARGO_TARGET_DIR` puts it), where
+/// `cargo package` writes the `.crate` files under `package/`.
+pub fn target_dir() -> Result<PathBuf, String> {
+    let json: Value =
+        serde_json::from_str(&metadata()?).map_err(|e| format!("cargo metadata: {e}"))?;
+    json["target_directory"]
+        .as_str()
+        .map(PathBuf::from)
+        .ok_or_else(|| "cargo metadata: no `target_directory`".to_string())
+}
+
 /// The names of the members that are not published.
 fn unpublished(members: Vec<Member>) -> Vec<String> {
     members

@@ -4,8 +4,10 @@
 //! `.crate` files; they are unpacked and named in `[patch.crates-io]`, so the project asks
 //! for `burn-mpric = "0.1"` as a user does and gets exactly what would be published.
 //!
-//! The project lives in `target/user-project/` (its own workspace, its own lock file started
-//! from this workspace's, so that it builds the Burn release the tests ran on).
+//! The project lives in `target/user-project/`: its own workspace, with a lock file started
+//! from this workspace's, so that it builds the Burn release the tests ran on, and built into
+//! this workspace's `target/`, where the dependencies it shares with the workspace (same
+//! version, same features) are built already.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -99,8 +101,8 @@ pub fn project_files(
 
 /// The `.crate` files `cargo package` wrote under `target/package/` for `crates`, unpacked
 /// into `into`: (crate name, unpacked folder).
-fn unpack(root: &Path, crates: &[String], into: &Path) -> Result<Vec<(String, PathBuf)>, String> {
-    let packaged = root.join("target/package");
+fn unpack(target: &Path, crates: &[String], into: &Path) -> Result<Vec<(String, PathBuf)>, String> {
+    let packaged = target.join("package");
     let version = env!("CARGO_PKG_VERSION");
     fs::create_dir_all(into).map_err(|e| format!("{}: {e}", into.display()))?;
     let mut out = Vec::new();
@@ -137,8 +139,9 @@ pub fn check(root: &Path, published: &[String]) -> Result<(), String> {
         .iter()
         .map(|(heading, name)| Ok((*name, quick_start(&readme, heading)?)))
         .collect::<Result<Vec<_>, String>>()?;
-    let project = root.join("target/user-project");
-    let patches = unpack(root, published, &project.join("packages"))?;
+    let target = crate::package::target_dir()?;
+    let project = target.join("user-project");
+    let patches = unpack(&target, published, &project.join("packages"))?;
     for (file, text) in project_files(&editions, &patches) {
         let path = project.join(file);
         if let Some(dir) = path.parent() {
@@ -151,8 +154,18 @@ pub fn check(root: &Path, published: &[String]) -> Result<(), String> {
         .map_err(|e| format!("Cargo.lock: {e}"))?;
     let manifest = project.join("Cargo.toml");
     let manifest = manifest.to_string_lossy();
+    let target = target.to_string_lossy();
     for (name, _) in &editions {
-        crate::cargo(&["run", "--quiet", "--manifest-path", &manifest, "-p", name])?;
+        let run = [
+            "run",
+            "--manifest-path",
+            &manifest,
+            "--target-dir",
+            &target,
+            "-p",
+            name,
+        ];
+        crate::cargo(&run)?;
     }
     Ok(())
 }
