@@ -64,7 +64,7 @@ pub(crate) struct Unread<B: Backend> {
 }
 
 /// The probe of a skipped step on the host-read path (`None`: no probe for this run).
-pub(crate) type Probe<'a, B> =
+pub(crate) type SkipProbe<'a, B> =
     &'a dyn Fn(&Model<Ad<B>>, &StepOutcome) -> Result<Option<SkipCause>, Error>;
 
 /// The loss scaler of the loop, and what its way of reading needs.
@@ -133,7 +133,7 @@ where
         info: &dyn Fn() -> StepInfo,
         read_all: bool,
         peers: Peers<'_>,
-        probe: Probe<'_, B>,
+        probe: SkipProbe<'_, B>,
     ) -> Result<(Model<Ad<B>>, Vec<Decided>), Error> {
         let failed = |source| Error::Step {
             step: info().step,
