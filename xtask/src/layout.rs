@@ -437,11 +437,7 @@ pub fn check(root: &Path) -> Result<(), String> {
         }
     }
     problems.extend(core_problems(&root.join(CORE))?);
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(problems.join("\n"))
-    }
+    crate::verdict(problems)
 }
 
 #[cfg(test)]
