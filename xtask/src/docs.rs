@@ -341,11 +341,7 @@ pub fn check(root: &Path) -> Result<(), String> {
     }
     let read = |rel: &str| fs::read_to_string(root.join(rel)).map_err(|e| format!("{rel}: {e}"));
     problems.extend(op_doc_problems(&read(OP_TABLE)?, &read(OP_DOC)?)?);
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(problems.join("\n"))
-    }
+    crate::verdict(problems)
 }
 
 #[cfg(test)]

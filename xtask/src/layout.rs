@@ -1,7 +1,9 @@
 //! `cargo xtask check`'s layout rules, read from the sources:
 //!
 //! - the modules of each crate import each other without circles (a module may use its own
-//!   descendants and ancestors' re-exports; siblings must form a hierarchy), and so do the
+//!   descendants and ancestors; a name an ancestor re-exports counts as an import of the
+//!   module that defines it, reached by `crate::` or `super::`; siblings must form a
+//!   hierarchy), and so do the
 //!   top-level modules (folders) once their files are taken together; modules that exist only
 //!   in test builds (`#[cfg(test)] mod x;`) are left out;
 //! - the Burn-independent core (`crates/burn-mpric-core`) depends on no Burn crate and names
@@ -77,13 +79,18 @@ fn is_ident(c: char) -> bool {
 /// The paths after each `crate::` in `code`, with `use crate::{a::b, c}` groups expanded
 /// (one level of braces is enough for this workspace's imports).
 fn crate_paths(code: &str) -> Vec<Vec<String>> {
+    paths_after(code, "crate::")
+}
+
+/// The paths after each `keyword` (`crate::`, `super::`) in `code`, groups expanded.
+fn paths_after(code: &str, keyword: &str) -> Vec<Vec<String>> {
     let mut paths = Vec::new();
     let mut rest = code;
-    while let Some(at) = rest.find("crate::") {
+    while let Some(at) = rest.find(keyword) {
         let before = rest[..at].chars().last();
-        rest = &rest[at + "crate::".len()..];
+        rest = &rest[at + keyword.len()..];
         if before.is_some_and(|c| is_ident(c) || c == ':' || c == '$') {
-            continue; // `$crate::` (a macro's own crate), `other::crate::`
+            continue; // `$crate::` (a macro's own crate), `other::crate::`, `super::super::`
         }
         let end = rest
             .find(|c: char| !(is_ident(c) || c == ':'))
@@ -115,8 +122,98 @@ fn crate_paths(code: &str) -> Vec<Vec<String>> {
     paths
 }
 
-/// Items the crate root re-exports (`pub use module::{A, B};`), by name, with the module
-/// that defines them.
+/// The parent of a module path (`a::b` -> `a`; the crate root's children -> the root, `""`).
+fn parent(module: &str) -> &str {
+    module.rsplit_once("::").map_or("", |(parent, _)| parent)
+}
+
+fn join(module: &str, rest: &str) -> String {
+    match (module.is_empty(), rest.is_empty()) {
+        (true, _) => rest.to_string(),
+        (false, true) => module.to_string(),
+        (false, false) => format!("{module}::{rest}"),
+    }
+}
+
+/// The absolute module path a `use` path written in `module` starts with (`crate::a`,
+/// `self::a`, `super::a`, a child `a`), or `None` for another crate's path.
+fn absolute(module: &str, path: &str, modules: &BTreeMap<String, String>) -> Option<String> {
+    if let Some(rest) = path
+        .strip_prefix("crate::")
+        .or((path == "crate").then_some(""))
+    {
+        return Some(rest.to_string());
+    }
+    if let Some(rest) = path.strip_prefix("self::") {
+        return Some(join(module, rest));
+    }
+    let mut base = module;
+    let mut rest = path;
+    let mut climbed = false;
+    while let Some(after) = rest
+        .strip_prefix("super::")
+        .or((rest == "super").then_some(""))
+    {
+        base = parent(base);
+        rest = after;
+        climbed = true;
+    }
+    let first = rest.split("::").next().unwrap_or_default();
+    (climbed || modules.contains_key(&join(base, first))).then(|| join(base, rest))
+}
+
+/// What each module re-exports (`pub use sub::{A, B};`): module -> name -> the absolute path
+/// of the module the statement names. Glob re-exports are not followed.
+fn module_reexports(
+    sources: &BTreeMap<String, String>,
+) -> BTreeMap<String, BTreeMap<String, String>> {
+    sources
+        .iter()
+        .map(|(module, code)| {
+            let names = root_reexports(code)
+                .into_iter()
+                .filter_map(|(name, from)| Some((name, absolute(module, &from, sources)?)))
+                .collect();
+            (module.clone(), names)
+        })
+        .collect()
+}
+
+/// The module an absolute path (`scale::StepOutcome`) leads to, through the re-exports
+/// (`scale` re-exports `StepOutcome` from `scale::outcome`, so that is where it leads).
+fn resolve(
+    mut path: Vec<String>,
+    sources: &BTreeMap<String, String>,
+    reexports: &BTreeMap<String, BTreeMap<String, String>>,
+) -> Option<String> {
+    // A bound on re-exports of re-exports.
+    for _ in 0..16 {
+        let n = (0..=path.len())
+            .rev()
+            .find(|&n| sources.contains_key(&path[..n].join("::")))?;
+        let module = path[..n].join("::");
+        let Some(from) = path
+            .get(n)
+            .and_then(|name| reexports.get(&module)?.get(name))
+        else {
+            return Some(module);
+        };
+        let mut next: Vec<String> = from
+            .split("::")
+            .filter(|p| !p.is_empty())
+            .map(String::from)
+            .collect();
+        next.extend(path[n..].iter().cloned());
+        if next == path {
+            return Some(module);
+        }
+        path = next;
+    }
+    None
+}
+
+/// Items a module re-exports (`pub use module::{A, B};`), by name, with the module path the
+/// statement names, as written.
 fn root_reexports(root: &str) -> BTreeMap<String, String> {
     let mut names = BTreeMap::new();
     for statement in root.split(';') {
@@ -182,28 +279,29 @@ pub fn module_graph(dir: &Path) -> BTreeMap<String, BTreeSet<String>> {
         })
         .map(|(module, source)| (module, code_of(&source)))
         .collect();
-    let reexports = sources
-        .get("")
-        .map(|r| root_reexports(r))
-        .unwrap_or_default();
+    let reexports = module_reexports(&sources);
     let related = |a: &str, b: &str| {
         a == b || a.starts_with(&format!("{b}::")) || b.starts_with(&format!("{a}::"))
     };
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (module, code) in &sources {
         let edges = graph.entry(module.clone()).or_default();
-        for path in crate_paths(code) {
-            let mut path = path;
-            if path.len() == 1
-                && let Some(defined_in) = reexports.get(&path[0])
-            {
-                path = defined_in.split("::").map(String::from).collect();
+        // `super::x` as the absolute path it names, beside the `crate::` paths.
+        let supers = paths_after(code, "super::").into_iter().map(|path| {
+            let mut base = parent(module);
+            let mut path = path.as_slice();
+            while let Some(("super", rest)) = path.split_first().map(|(h, r)| (h.as_str(), r)) {
+                base = parent(base);
+                path = rest;
             }
-            let target = (1..=path.len())
-                .rev()
-                .map(|n| path[..n].join("::"))
-                .find(|candidate| sources.contains_key(candidate));
-            if let Some(target) = target
+            base.split("::")
+                .filter(|p| !p.is_empty())
+                .map(String::from)
+                .chain(path.iter().cloned())
+                .collect::<Vec<_>>()
+        });
+        for path in crate_paths(code).into_iter().chain(supers) {
+            if let Some(target) = resolve(path, &sources, &reexports)
                 && !target.is_empty()
                 && !related(module, &target)
             {
@@ -339,11 +437,7 @@ pub fn check(root: &Path) -> Result<(), String> {
         }
     }
     problems.extend(core_problems(&root.join(CORE))?);
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(problems.join("\n"))
-    }
+    crate::verdict(problems)
 }
 
 #[cfg(test)]
@@ -416,6 +510,51 @@ mod tests {
         assert_eq!(problems.len(), 2, "{problems:?}");
         assert!(problems[0].contains("burn = "), "{problems:?}");
         assert!(problems[1].contains("burn::tensor::DType"), "{problems:?}");
+    }
+
+    /// A circle through a parent's re-exports and `super::` paths: `cause` names
+    /// `super::StepOutcome` and `outcome` names `crate::scale::SkipCause`, both re-exported by
+    /// `scale`, so each imports the other; it goes once the probe has a module of its own.
+    #[test]
+    fn a_circle_through_reexports_and_super_is_found() {
+        let dir = std::env::temp_dir().join(format!("xtask-reexports-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("src/scale")).unwrap();
+        let write = |file: &str, text: &str| fs::write(dir.join("src").join(file), text).unwrap();
+        write("lib.rs", "mod scale;\npub use scale::StepOutcome;\n");
+        write(
+            "scale/mod.rs",
+            "mod cause;\nmod outcome;\npub use cause::{Probe, SkipCause};\n\
+             pub use self::outcome::StepOutcome;\n",
+        );
+        write(
+            "scale/cause.rs",
+            "use super::StepOutcome;\npub struct SkipCause;\n",
+        );
+        write(
+            "scale/outcome.rs",
+            "use crate::scale::SkipCause;\npub struct StepOutcome;\n",
+        );
+        let graph = module_graph(&dir);
+        assert_eq!(
+            graph["scale::cause"],
+            BTreeSet::from(["scale::outcome".to_string()])
+        );
+        let circle = find_circle(&graph).unwrap();
+        assert!(circle.contains(&"scale::cause".to_string()), "{circle:?}");
+
+        // The probe in its own module: it imports both, and neither imports it.
+        write("scale/cause.rs", "pub struct SkipCause;\n");
+        write("scale/probe.rs", "use super::{SkipCause, StepOutcome};\n");
+        write(
+            "scale/mod.rs",
+            "mod cause;\nmod outcome;\nmod probe;\npub use cause::SkipCause;\n\
+             pub use outcome::StepOutcome;\npub use probe::Probe;\n",
+        );
+        let graph = module_graph(&dir);
+        assert_eq!(find_circle(&graph), None);
+        assert_eq!(graph["scale::probe"].len(), 2, "{graph:?}");
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -32,6 +32,15 @@ use std::process::{Command, ExitCode};
 
 use burn_mpric_preflight::Vulkan;
 
+/// A rule's problems as its result: none, or one line each.
+fn verdict(problems: Vec<String>) -> Result<(), String> {
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("\n"))
+    }
+}
+
 fn cargo(args: &[&str]) -> Result<(), String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     eprintln!("$ cargo {}", args.join(" "));

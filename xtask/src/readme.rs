@@ -311,11 +311,7 @@ pub fn check(dirs: &[impl AsRef<Path>]) -> Result<(), String> {
         .iter()
         .flat_map(|d| crate_problems(d.as_ref()))
         .collect();
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(problems.join("\n"))
-    }
+    crate::verdict(problems)
 }
 
 #[cfg(test)]

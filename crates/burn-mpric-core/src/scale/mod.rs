@@ -33,13 +33,14 @@ mod noop;
 mod outcome;
 mod overflow;
 mod preset;
+mod probe;
 mod record;
 mod state;
 mod static_scale;
 mod step_record;
 mod unscale;
 
-pub use cause::{PROBE_SHIFT, Probe, ProbeRead, SkipCause};
+pub use cause::{PROBE_SHIFT, ProbeRead, SkipCause};
 pub use clip::ClipNorm;
 pub use config::{LossScaleConfig, UpdateRule};
 pub use device::{DeviceScaleRule, DeviceScaleState, DeviceStepRead, MAX_PENDING_STEPS};
@@ -52,6 +53,7 @@ pub use noop::NoOpLossScale;
 pub use outcome::{ScalerStats, StepAction, StepOutcome};
 pub use overflow::{OVERFLOW_NAMES_SHOWN, Overflow};
 pub use preset::LossScalePreset;
+pub use probe::Probe;
 pub use record::{
     LossScaleKind, MAX_STATE_FILE_BYTES, RECORD_FORMAT_VERSION, ScalerRecord, StateError,
 };

@@ -7,11 +7,13 @@
 #[cfg(feature = "ddp")]
 mod ddp;
 pub(crate) mod grads;
+pub(crate) mod history;
 pub(crate) mod lock;
 pub(crate) mod processes;
 pub(crate) mod progress;
 pub(crate) mod report;
 pub(crate) mod resume;
+pub(crate) mod scaling;
 pub(crate) mod step;
 pub(crate) mod train;
 

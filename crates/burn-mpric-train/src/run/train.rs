@@ -1,38 +1,32 @@
 //! The training run: its options ([`TrainOptions`]), what it did ([`Summary`]), and its loop:
 //! `Autodiff<MixedPrecision<B>>`, loss scaling with step skipping, the held-out evaluation,
 //! reports and checkpoints at their steps, and exact resume. A step's arithmetic is in
-//! `step.rs`, what the run says while it runs in `progress.rs`, its reports in `report.rs`.
+//! `step.rs`, the loss scaling whichever way it reads (host or device) in `scaling.rs`, the
+//! rows, the divergence rule and the scheduled save in `history.rs`, what the run says while
+//! it runs in `progress.rs`, its reports in `report.rs`.
 
-use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use burn::module::AutodiffModule;
-use burn::optim::{GradientsParams, Optimizer};
+use burn::optim::Optimizer;
 use burn::tensor::backend::Backend;
-use burn::tensor::{Int, Tensor, Transaction};
-use burn_mpric::scale::{DeviceLossScaler, LossScaler, SkipCause, StepError, StepOutcome};
-use burn_mpric::{BurnDType, FloatDType, MixedPrecision, MpDevice, Policy, ResolvedPolicy};
-use indicatif::ProgressBar;
+use burn_mpric::scale::{LossScaler, StepOutcome};
+use burn_mpric::{FloatDType, MixedPrecision, MpDevice, Policy, ResolvedPolicy};
 
 use crate::backend::dispatch;
-use crate::checkpoint::{self, Checkpoint, STATE_FORMAT_VERSION, TrainState};
+use crate::checkpoint::{self, Checkpoint, TrainState};
 use crate::data::Sampler;
-use crate::error::{Error, RecipeError};
+use crate::error::Error;
 use crate::models::Model;
-use crate::models::evaluate::evaluate;
 use crate::optim::{Ad, DeviceOptim, OptimizerTask, stored};
 use crate::plan::Plan;
 use crate::recipe::BackendConfig;
 use crate::report::metrics::{EvalRow, StepRow};
-use crate::run::grads::{StepGrads, read_count};
+use crate::run::history::History;
 use crate::run::lock::RunLock;
 use crate::run::processes::{self, Link, Listening, Processes};
-use crate::run::progress::{
-    checkpoint_line, progress_bar, progress_message, skip_line, start_line,
-};
-use crate::run::report::{plot_title, step_row, tail_loss, write_reports};
 use crate::run::resume;
+use crate::run::scaling::{OnDevice, Scaling, StepInfo};
 use crate::run::step::{Peers, forward_backward, skip_cause};
 
 /// How to run a plan.
@@ -150,58 +144,20 @@ pub fn train(plan: &Plan, options: &TrainOptions) -> Result<Summary, Error> {
         checkpoint::clean_temporaries(&output)?;
         checkpoint::preflight(&output)?;
     }
-    let resume = if options.resume {
-        let resumed = resume::choose(plan, writer)?;
-        // Said even when quiet: the run continues from an older step than the newest folder.
-        for aside in &resumed.set_aside {
-            eprintln!(
-                "warning: {}; set aside as {}; resuming from step {}",
-                aside.reason,
-                aside.moved_to.display(),
-                resumed.checkpoint.step
-            );
-        }
-        let state = &resumed.state;
-        // A multi-process checkpoint without the devices per process comes from processes
-        // that each drove all of the recipe's devices.
-        let devices = state.process_devices.or_else(|| {
-            state
-                .processes
-                .map(|_| state.recipe.backend.device_list().len())
-        });
-        let was = (state.processes.unwrap_or(1), devices);
-        let now = (
-            options.processes.as_ref().map_or(1, |p| p.world),
-            options
-                .processes
-                .as_ref()
-                .map(|_| backend.device_list().len()),
-        );
-        if was != now {
-            let show = |(world, devices): (usize, Option<usize>)| match devices {
-                Some(d) => format!("{world} process(es) of {d} device(s)"),
-                None => format!("{world} process(es)"),
-            };
-            return Err(Error::Resume(format!(
-                "{}: the run was trained by {}, this one has {}; resume with --world {} and as many devices per process (the shards of each batch, and so the sums' rounding, depend on them)",
-                resumed.checkpoint.dir.display(),
-                show(was),
-                show(now),
-                was.0
-            )));
-        }
-        Some((resumed.checkpoint, resumed.state))
-    } else {
-        if writer && let Some(found) = checkpoint::latest(&output)? {
-            if !options.overwrite {
-                return Err(Error::OutputInUse {
-                    path: output,
-                    step: found.step,
-                });
+    let resume = match options.resume {
+        true => Some(resumed_run(plan, options, writer, &backend)?),
+        false => {
+            if writer && let Some(found) = checkpoint::latest(&output)? {
+                if !options.overwrite {
+                    return Err(Error::OutputInUse {
+                        path: output,
+                        step: found.step,
+                    });
+                }
+                clear_run(&output)?;
             }
-            clear_run(&output)?;
+            None
         }
-        None
     };
     let link = match (&options.processes, listening) {
         (Some(p), Some(listening)) => {
@@ -226,6 +182,56 @@ pub fn train(plan: &Plan, options: &TrainOptions) -> Result<Summary, Error> {
         link.finish()?;
     }
     Ok(summary)
+}
+
+/// The checkpoint `--resume` continues from, refused when the run was trained by another
+/// number of processes or devices per process than `backend` gives this one.
+fn resumed_run(
+    plan: &Plan,
+    options: &TrainOptions,
+    writer: bool,
+    backend: &BackendConfig,
+) -> Result<(Checkpoint, TrainState), Error> {
+    let resumed = resume::choose(plan, writer)?;
+    // Said even when quiet: the run continues from an older step than the newest folder.
+    for aside in &resumed.set_aside {
+        eprintln!(
+            "warning: {}; set aside as {}; resuming from step {}",
+            aside.reason,
+            aside.moved_to.display(),
+            resumed.checkpoint.step
+        );
+    }
+    let state = &resumed.state;
+    // A multi-process checkpoint without the devices per process comes from processes
+    // that each drove all of the recipe's devices.
+    let devices = state.process_devices.or_else(|| {
+        state
+            .processes
+            .map(|_| state.recipe.backend.device_list().len())
+    });
+    let was = (state.processes.unwrap_or(1), devices);
+    let now = (
+        options.processes.as_ref().map_or(1, |p| p.world),
+        options
+            .processes
+            .as_ref()
+            .map(|_| backend.device_list().len()),
+    );
+    if was != now {
+        let show = |(world, devices): (usize, Option<usize>)| match devices {
+            Some(d) => format!("{world} process(es) of {d} device(s)"),
+            None => format!("{world} process(es)"),
+        };
+        return Err(Error::Resume(format!(
+            "{}: the run was trained by {}, this one has {}; resume with --world {} and as many devices per process (the shards of each batch, and so the sums' rounding, depend on them)",
+            resumed.checkpoint.dir.display(),
+            show(was),
+            show(now),
+            was.0
+        )));
+    }
+    Ok((resumed.checkpoint, resumed.state))
 }
 
 /// Removes a previous run's checkpoints, metrics and plots.
@@ -267,14 +273,7 @@ impl<B: Backend> OptimizerTask<B> for Loop<'_, B> {
     type Output = Result<Summary, Error>;
 
     fn run<O: Optimizer<Model<Ad<B>>, Ad<B>>>(self, optim: O) -> Self::Output {
-        train_loop(
-            self.run,
-            &self.replicas,
-            self.peers,
-            self.model,
-            optim,
-            None,
-        )
+        train_loop(self, optim, None)
     }
 
     fn run_device(self, optim: DeviceOptim<B>) -> Self::Output {
@@ -285,221 +284,118 @@ impl<B: Backend> OptimizerTask<B> for Loop<'_, B> {
                 scaler.step(&mut optim.0, lr, model, grads, Some(loss))
             },
         };
-        train_loop(
-            self.run,
-            &self.replicas,
-            self.peers,
-            self.model,
-            optim,
-            Some(path),
-        )
+        train_loop(self, optim, Some(path))
     }
 }
 
-/// The loss scaler's device path in the loop (a recipe with `sync_every`): `step` takes a
-/// step with the skip decided on the device by the optimizer's device optimizer, and the
-/// host reads the steps every `every` steps (one step behind) and at each checkpoint.
-struct OnDevice<B: Backend, O> {
-    every: usize,
-    #[allow(clippy::type_complexity)]
-    step: fn(
-        &mut DeviceLossScaler<MixedPrecision<B>>,
-        &mut O,
-        f64,
-        Model<Ad<B>>,
-        GradientsParams,
-        Tensor<Ad<B>, 1>,
-    ) -> (Model<Ad<B>>, Result<Vec<StepOutcome>, StepError>),
-}
-
-/// What a step's metrics row says besides its outcome, known when the step is taken.
-struct StepInfo {
+/// Where a run starts: its model, optimizer and scaler, the data's position, and the rows
+/// and evaluations so far (a checkpoint's, or none).
+struct Begin<B: Backend, O> {
+    model: Model<Ad<B>>,
+    optim: O,
+    scaler: LossScaler,
+    sampler: Sampler,
+    history: (Vec<StepRow>, Vec<EvalRow>),
     step: u64,
-    epoch: u64,
-    lr: f64,
-    /// Predictions the step's accuracy counts over.
-    predictions: usize,
-    took: Duration,
 }
 
-/// A step taken on the device path and not read yet.
-struct Unread<B: Backend> {
-    info: StepInfo,
-    correct: Option<Tensor<Ad<B>, 1, Int>>,
-}
-
-/// A step whose outcome the host knows: what its metrics row is made of.
-struct Decided {
-    info: StepInfo,
-    outcome: StepOutcome,
-    correct: Option<i64>,
-    cause: Option<SkipCause>,
-}
-
-/// The unread steps the `outcomes` learned (oldest first) describe, with their counts read
-/// in one transaction.
-fn decide<B: Backend>(
-    unread: &mut VecDeque<Unread<B>>,
-    outcomes: Vec<StepOutcome>,
-) -> Result<Vec<Decided>, Error> {
-    let steps: Vec<Unread<B>> = unread.drain(..outcomes.len().min(unread.len())).collect();
-    let mut transaction = Transaction::<MixedPrecision<B>>::default();
-    let mut any = false;
-    for count in steps.iter().filter_map(|s| s.correct.as_ref()) {
-        transaction = transaction.register(count.clone().inner());
-        any = true;
-    }
-    let read = match any {
-        true => transaction
-            .try_execute()
-            .map_err(|e| Error::Internal(format!("reading the steps' counts: {e}")))?,
-        false => Vec::new(),
-    };
-    let mut counts = read.into_iter().map(|data| {
-        data.convert::<i64>()
-            .to_vec::<i64>()
-            .ok()
-            .and_then(|v| v.first().copied())
-    });
-    steps
-        .into_iter()
-        .zip(outcomes)
-        .map(|(s, outcome)| {
-            let correct =
-                match s.correct {
-                    Some(_) => Some(counts.next().flatten().ok_or_else(|| {
-                        Error::Internal("the device returned too few counts".into())
-                    })?),
-                    None => None,
-                };
-            Ok(Decided {
-                info: s.info,
-                outcome,
-                correct,
-                cause: None,
-            })
+impl<B: Backend, O: Optimizer<Model<Ad<B>>, Ad<B>>> Begin<B, O> {
+    /// A fresh run from `model` and `optim`, or the run `resume` holds, loaded into them.
+    fn new(
+        plan: &Plan,
+        resume: Option<(Checkpoint, TrainState)>,
+        model: Model<Ad<B>>,
+        optim: O,
+        device: &MpDevice<B>,
+    ) -> Result<Self, Error> {
+        let recipe = &plan.recipe;
+        let Some((found, state)) = resume else {
+            return Ok(Self {
+                model,
+                optim,
+                scaler: plan
+                    .scaler(device.policy())
+                    .map_err(|e| e.in_file(&plan.label))?,
+                sampler: Sampler::new(&plan.data, recipe.seed, recipe.batch_size),
+                history: (Vec::new(), Vec::new()),
+                step: 0,
+            });
+        };
+        let model = found.load_model(model, device)?;
+        let optim = found.load_optimizer(optim, &optimizer_state_device(device)?)?;
+        let scaler = LossScaler::from_record(state.scaler)
+            .map_err(|e| Error::checkpoint(&found.state_path(), e))?;
+        if !Sampler::fits(&plan.data, state.data) {
+            return Err(Error::checkpoint(
+                &found.state_path(),
+                "the data position lies outside the training split",
+            ));
+        }
+        Ok(Self {
+            model,
+            optim,
+            scaler,
+            sampler: Sampler::restore(&plan.data, state.data, recipe.batch_size),
+            history: (state.steps, state.eval),
+            step: state.step,
         })
-        .collect()
+    }
 }
 
 fn train_loop<B, O>(
-    run: Run<'_>,
-    replicas: &[MpDevice<B>],
-    peers: Peers<'_>,
-    model: Option<Model<Ad<B>>>,
-    mut optim: O,
+    task: Loop<'_, B>,
+    optim: O,
     on_device: Option<OnDevice<B, O>>,
 ) -> Result<Summary, Error>
 where
     B: Backend,
     O: Optimizer<Model<Ad<B>>, Ad<B>>,
 {
-    let device = &replicas[0];
     let started = Instant::now();
+    let Loop {
+        run,
+        replicas,
+        peers,
+        model,
+    } = task;
     let Run {
         plan,
         options,
         resume,
         link: _,
     } = run;
+    let (device, replicas) = (&replicas[0], replicas.as_slice());
     let recipe = &plan.recipe;
-    let output = recipe.output.as_path();
     let policy = device.policy();
-    let in_file = |err: RecipeError| err.in_file(&plan.label);
-
-    let is_main = peers.is_main();
-    if is_main {
-        std::fs::create_dir_all(output).map_err(|e| Error::io(output, e))?;
+    let writes = peers.is_main();
+    if writes {
+        std::fs::create_dir_all(&recipe.output).map_err(|e| Error::io(&recipe.output, e))?;
     }
-    let mut model = model.unwrap_or_else(|| {
-        Model::<Ad<B>>::init_seeded(&plan.recipe.model, plan.data.dims(), recipe.seed, device)
+    let model = model.unwrap_or_else(|| {
+        Model::<Ad<B>>::init_seeded(&recipe.model, plan.data.dims(), recipe.seed, device)
     });
-    let (mut scaler, mut sampler, mut rows, mut evals, start) = match resume {
-        Some((found, state)) => {
-            model = found.load_model(model, device)?;
-            optim = found.load_optimizer(optim, &optimizer_state_device(device)?)?;
-            let scaler = LossScaler::from_record(state.scaler)
-                .map_err(|e| Error::checkpoint(&found.state_path(), e))?;
-            if !Sampler::fits(&plan.data, state.data) {
-                return Err(Error::checkpoint(
-                    &found.state_path(),
-                    "the data position lies outside the training split",
-                ));
-            }
-            let sampler = Sampler::restore(&plan.data, state.data, recipe.batch_size);
-            (scaler, sampler, state.steps, state.eval, state.step)
-        }
-        None => (
-            plan.scaler(policy).map_err(in_file)?,
-            Sampler::new(&plan.data, recipe.seed, recipe.batch_size),
-            Vec::new(),
-            Vec::new(),
-            0,
-        ),
-    };
+    let begin = Begin::new(plan, resume, model, optim, device)?;
+    let (mut optim, mut sampler, start) = (begin.optim, begin.sampler, begin.step);
     // bf16 master weights are bf16 from the first step, and again after a checkpoint
     // (which loads at f32), so a resumed run sees the dtypes the uninterrupted one saw.
-    model = stored(recipe, model);
+    let mut model = stored(recipe, begin.model);
     // The run stops itself at the recipe's `max_consecutive_skips`, with its reports written
     // and its last checkpoint named.
-    scaler = scaler.with_max_consecutive_skips(0);
-    let mut device_scaler = match &on_device {
-        Some(path) => Some(
-            DeviceLossScaler::new(scaler, device)
-                .map_err(|e| in_file(RecipeError::new("sync_every", e.to_string())))?
-                .with_sync_every(path.every)
-                // The rows and skip lines name a skipped step's parameters, as on the host.
-                .with_overflow_names(true),
-        ),
-        None => None,
-    };
-    let mut unread: VecDeque<Unread<B>> = VecDeque::new();
-    // The device path: the last step whose parameters were checked finite.
-    let mut checked_through = start;
-
+    let scaler = begin.scaler.with_max_consecutive_skips(0);
+    let mut scaling =
+        Scaling::new(scaler, on_device, device, start).map_err(|e| e.in_file(&plan.label))?;
     let total = plan.total_steps;
     let stop = options.until.map_or(total, |u| u.min(total)).max(start);
-    let title = plot_title(plan, policy);
-    if is_main && options.log {
-        eprintln!("{}", start_line(plan, policy));
-    }
-    if is_main && start > 0 {
-        // The metrics files first go back to the checkpoint's rows. A run that resumes from
-        // an older checkpoint than the files describe repeats steps whose wall times differ;
-        // the two files are replaced one after the other, so without this a kill between the
-        // two renames could leave the earlier run's rows in one file and this run's in the
-        // other. From here on both files only ever hold this run's rows past the checkpoint.
-        write_reports(plan, policy, &rows, &evals, &title)?;
-    }
-    let bar = if is_main {
-        progress_bar(options.progress, start, total)
-    } else {
-        ProgressBar::hidden()
-    };
-    let max_skips = recipe.max_consecutive_skips();
-    let mut until_eval: Option<EvalRow> = None;
-    let mut last_checkpoint = (start > 0).then_some(start);
-    let diverged = |step: u64, reason: String, last_checkpoint: Option<u64>| Error::Diverged {
-        step,
-        reason,
-        last_checkpoint,
-    };
+    let mut history = History::start(plan, options, policy, begin.history, start, writes)?;
 
     for step in start + 1..=stop {
         let t0 = Instant::now();
         let items = sampler.next_items();
         let predictions = plan.data.predictions(items.len());
         let lr = recipe.schedule.lr(recipe.optimizer.lr(), step, total);
-        let scale = |loss| match &device_scaler {
-            Some(device) => device.scale_loss(loss),
-            None => scaler.scale_loss(loss),
-        };
+        let scale = |loss| scaling.scale_loss(loss);
         let own = forward_backward(plan, &model, &scale, &items, replicas, peers)?;
-        let StepGrads {
-            grads,
-            scaled_loss,
-            correct,
-        } = match peers {
+        let grads = match peers {
             Peers::Processes(link) => link.sum(step, &model, device, own)?,
             _ => own,
         };
@@ -507,195 +403,43 @@ where
             || recipe
                 .checkpoint_every
                 .is_some_and(|every| step % every == 0);
+        let epoch = sampler.position().epoch;
         let info = || StepInfo {
             step,
-            epoch: sampler.position().epoch,
+            epoch,
             lr,
             predictions,
             took: t0.elapsed(),
         };
-        let decided = match (&on_device, device_scaler.as_mut()) {
-            (Some(path), Some(device)) => {
-                let (next, learned) =
-                    (path.step)(device, &mut optim, lr, model, grads, scaled_loss);
-                model = next;
-                unread.push_back(Unread {
-                    info: info(),
-                    correct,
-                });
-                let mut learned = learned.map_err(|source| Error::Step { step, source })?;
-                // A checkpoint holds every step read, and the end of the run reads them all.
-                if scheduled || step == stop {
-                    learned.extend(
-                        device
-                            .sync()
-                            .map_err(|source| Error::Step { step, source })?,
-                    );
-                }
-                decide(&mut unread, learned)?
+        // One process: a skipped step's batch runs once more at the probe's scale, to tell a
+        // range problem from one no scale fixes.
+        let probe = |model: &Model<Ad<B>>, outcome: &StepOutcome| match peers {
+            Peers::Local if outcome.is_skipped() => {
+                skip_cause(plan, model, &items, replicas, peers, outcome, step).map(Some)
             }
-            _ => {
-                let (next, outcome) = match peers {
-                    #[cfg(feature = "ddp")]
-                    Peers::Collective { peer, .. } => scaler.step_all_reduced(
-                        burn::collective::PeerId::from(peer),
-                        &mut optim,
-                        lr,
-                        model,
-                        grads,
-                        scaled_loss,
-                    ),
-                    _ => scaler.step_with_loss(&mut optim, lr, model, grads, scaled_loss),
-                };
-                model = next;
-                let outcome = outcome.map_err(|source| Error::Step { step, source })?;
-                // One process: a skipped step's batch runs once more at the probe's scale, to
-                // tell a range problem from one no scale fixes.
-                let cause = match peers {
-                    Peers::Local if outcome.is_skipped() => Some(skip_cause(
-                        plan, &model, &items, replicas, peers, &outcome, step,
-                    )?),
-                    _ => None,
-                };
-                vec![Decided {
-                    info: info(),
-                    outcome,
-                    correct: correct.map(read_count),
-                    cause,
-                }]
-            }
+            _ => Ok(None),
         };
-        bar.inc(1);
+        let read_all = scheduled || step == stop;
+        let (next, decided) =
+            scaling.step(&mut optim, lr, model, grads, &info, read_all, peers, &probe)?;
+        model = next;
+        history.bar.inc(1);
         let read = !decided.is_empty();
-        let mut stop_reason = None;
-        for d in decided {
-            let StepInfo {
-                step: at,
-                epoch,
-                lr,
-                predictions,
-                took,
-            } = d.info;
-            let row = step_row(
-                (at, epoch, lr),
-                &d.outcome,
-                d.correct.map(|c| c as f32 / predictions as f32),
-                d.cause.as_ref(),
-                took,
-            );
-            if is_main && options.log && d.outcome.is_skipped() {
-                bar.suspend(|| eprintln!("{}", skip_line(at, &d.outcome, d.cause.as_ref())));
-            }
-            bar.set_message(progress_message(&row));
-            let skipped = row.skipped;
-            rows.push(row);
-
-            // Divergence: an applied step that leaves a non-finite parameter, or a run of
-            // skipped steps. Either stops the run before a checkpoint could keep the damage.
-            // On the device path the parameters are checked once per read, below.
-            let skips_in_a_row = d.outcome.stats.consecutive_skipped;
-            if on_device.is_none() && !skipped && !model.params_finite()? {
-                stop_reason = Some((
-                    at,
-                    format!("the optimizer step (lr {lr:e}) left non-finite parameters"),
-                ));
-            } else if skips_in_a_row >= max_skips {
-                stop_reason = Some((
-                    at,
-                    format!(
-                        "{skips_in_a_row} steps in a row were skipped for non-finite gradients (max_consecutive_skips = {max_skips}; loss scale now {:e}){}",
-                        d.outcome.next_scale,
-                        d.cause
-                            .as_ref()
-                            .map(|c| format!(": {c}"))
-                            .unwrap_or_default()
-                    ),
-                ));
-            }
-            if stop_reason.is_some() {
-                break;
-            }
-        }
+        let mut stop_reason = history.record(decided, &model, &scaling)?;
         // The device path: the parameters as of this step, once per read.
-        if on_device.is_some() && read && stop_reason.is_none() {
-            if !model.params_finite()? {
-                stop_reason = Some((
-                    step,
-                    format!(
-                        "an optimizer step of steps {}..={step} left non-finite parameters",
-                        checked_through + 1
-                    ),
-                ));
-            }
-            checked_through = step;
+        if read && stop_reason.is_none() {
+            stop_reason = scaling.check_read(step, &model)?;
         }
         // Every replica finds the same reason at the same step (they hold the same values).
         if let Some((at, reason)) = stop_reason {
-            bar.finish_and_clear();
-            if is_main {
-                write_reports(plan, policy, &rows, &evals, &title)?;
-            }
-            return Err(diverged(at, reason, last_checkpoint));
+            return Err(history.diverged(at, reason));
         }
-
         // The first replica evaluates and writes; under `ddp` the others wait for it here.
-        let written = if is_main {
-            (|| -> Result<(), Error> {
-                // Held-out rows are kept for the scheduled checkpoints only, so that a run stopped
-                // with --until and resumed records what the uninterrupted run records.
-                if scheduled || step == stop {
-                    let mut eval = evaluate(&model.valid(), &plan.data, recipe.batch_size, device)?;
-                    eval.step = step;
-                    until_eval = (!scheduled).then(|| eval.clone());
-                    if scheduled {
-                        evals.push(eval);
-                    }
-                    let state = TrainState {
-                        format_version: STATE_FORMAT_VERSION,
-                        step,
-                        total_steps: total,
-                        data: sampler.position(),
-                        scaler: match &device_scaler {
-                            Some(device) => device.host().to_record(),
-                            None => scaler.to_record(),
-                        },
-                        recipe: recipe.clone(),
-                        steps: rows.clone(),
-                        eval: evals.clone(),
-                        processes: options.processes.as_ref().map(|p| p.world),
-                        process_devices: options.processes.as_ref().map(|_| replicas.len()),
-                        schema: Some(plan.data.schema()),
-                    };
-                    let dtype = policy.param().to_burn();
-                    match checkpoint::save(
-                        output,
-                        &model,
-                        &optim,
-                        &state,
-                        dtype,
-                        plan.data.digest(),
-                    ) {
-                        Err(Error::Diverged { step, reason, .. }) => {
-                            bar.finish_and_clear();
-                            write_reports(plan, policy, &rows, &evals, &title)?;
-                            return Err(diverged(step, reason, last_checkpoint));
-                        }
-                        other => other?,
-                    };
-                    last_checkpoint = Some(step);
-                    write_reports(plan, policy, &rows, &evals, &title)?;
-                    let line =
-                        checkpoint_line(step, total, &rows, until_eval.as_ref().or(evals.last()));
-                    if !bar.is_hidden() {
-                        bar.println(line);
-                    } else if options.log {
-                        eprintln!("{line}");
-                    }
-                }
-                Ok(())
-            })()
-        } else {
-            Ok(())
+        let written = match writes && (scheduled || step == stop) {
+            true => history.save(
+                step, scheduled, &model, &optim, &scaling, &sampler, replicas,
+            ),
+            false => Ok(()),
         };
         #[cfg(feature = "ddp")]
         if let Peers::Collective { turn, .. } = peers
@@ -708,27 +452,7 @@ where
         }
         written?;
     }
-    bar.finish_and_clear();
-    if stop == start && is_main {
-        // Nothing to do (the run was already at its end): refresh the reports.
-        write_reports(plan, policy, &rows, &evals, &title)?;
-    }
-
-    Ok(Summary {
-        output: output.to_path_buf(),
-        policy,
-        start_step: start,
-        step: stop,
-        total_steps: total,
-        last: rows.last().cloned(),
-        eval: until_eval.or_else(|| evals.last().cloned()),
-        skipped: match &device_scaler {
-            Some(device) => device.host().stats().skipped,
-            None => scaler.stats().skipped,
-        },
-        tail_loss: tail_loss(&rows),
-        wall_s: started.elapsed().as_secs_f64(),
-    })
+    history.summary(start, stop, scaling.skipped(), started)
 }
 
 /// The device optimizer state is restored on. Burn's records restore every float at the
