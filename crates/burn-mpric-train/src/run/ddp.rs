@@ -13,8 +13,9 @@ use burn_mpric::{MixedPrecision, MpDevice};
 use crate::error::Error;
 use crate::models::Model;
 use crate::optim::{Ad, with_optimizer};
+use crate::run::options::Summary;
 use crate::run::step::{Peers, StepTurn};
-use crate::run::train::{Loop, Run, Summary};
+use crate::run::train::{Loop, Run};
 
 /// A registered peer, unregistered however its thread ends.
 struct Registered<B: Backend>(PeerId, PhantomData<B>);

@@ -19,12 +19,12 @@ use crate::models::evaluate::evaluate;
 use crate::optim::Ad;
 use crate::plan::Plan;
 use crate::report::metrics::{EvalRow, StepRow};
+use crate::run::options::{Summary, TrainOptions};
 use crate::run::progress::{
     checkpoint_line, progress_bar, progress_message, skip_line, start_line,
 };
 use crate::run::report::{plot_title, step_row, tail_loss, write_reports};
 use crate::run::scaling::{Decided, Scaling, StepInfo};
-use crate::run::train::{Summary, TrainOptions};
 
 /// The run's record so far, and where it shows.
 pub(crate) struct History<'a> {

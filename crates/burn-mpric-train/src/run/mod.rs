@@ -9,6 +9,7 @@ mod ddp;
 pub(crate) mod grads;
 pub(crate) mod history;
 pub(crate) mod lock;
+pub(crate) mod options;
 pub(crate) mod processes;
 pub(crate) mod progress;
 pub(crate) mod report;
@@ -27,11 +28,12 @@ use crate::recipe::{BackendName, Strategy};
 use step::Peers;
 use train::{Loop, Run};
 
+pub use options::{Summary, TrainOptions};
 pub(crate) use processes::MPI_NOT_BUILT;
 pub use processes::{
     DEFAULT_COORDINATOR, DEFAULT_STEP_TIMEOUT, Engine, MAX_PROCESSES, MIN_STEP_TIMEOUT, Processes,
 };
-pub use train::{Summary, TrainOptions, train};
+pub use train::train;
 
 /// A run on its devices: one loop over all of them (`multi_device`, one device, or this
 /// process's devices in a multi-process run), or one replica per device on its own thread
