@@ -14,6 +14,7 @@ mod grad_paths;
 mod observe;
 pub mod optim;
 mod overflow;
+mod probe;
 mod scaler;
 mod train;
 
