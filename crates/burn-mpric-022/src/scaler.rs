@@ -241,21 +241,31 @@ impl LossScaler {
         self.state.clip()
     }
 
-    /// The core scaler state (scale, clipping, counters).
+    /// The whole step state (the loss scale, counters, the stall limit): the core's
+    /// [`ScalerState`], which both editions decide with. The same names in both editions.
     ///
     /// # Example
     ///
     /// ```
     /// use burn_mpric_022::LossScaler;
     ///
-    /// assert!(LossScaler::default().state().loss_scale().as_dynamic().is_some());
+    /// assert!(LossScaler::default().core().loss_scale().as_dynamic().is_some());
     /// ```
-    pub fn state(&self) -> &ScalerState {
+    pub fn core(&self) -> &ScalerState {
         &self.state
     }
 
+    /// The whole step state: [`core`](Self::core), the name both editions give it (the
+    /// 0.21 edition's `state()` was the loss scale alone).
+    #[deprecated(
+        note = "use `core()` (or `loss_scale()` for the loss scale alone): the same names in both editions"
+    )]
+    pub fn state(&self) -> &ScalerState {
+        self.core()
+    }
+
     /// The state, for the device path's replay of the steps it decided.
-    pub(crate) fn state_mut(&mut self) -> &mut ScalerState {
+    pub(crate) fn core_mut(&mut self) -> &mut ScalerState {
         &mut self.state
     }
 

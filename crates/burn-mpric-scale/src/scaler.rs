@@ -256,18 +256,27 @@ impl LossScaler {
         self.core.clip().map(GlobalNormClip::from)
     }
 
-    /// The loss scale's state: its kind, its value and (for a dynamic scale) its counters.
-    /// [`scale`](Self::scale) is its value.
+    /// The loss scale's state (no-op, static or dynamic, with its counters); the whole
+    /// step state is [`core`](Self::core). The same names in both editions.
     ///
     /// # Example
     ///
     /// ```
     /// use burn_mpric_scale::LossScaler;
     ///
-    /// assert!(LossScaler::default().state().as_dynamic().is_some());
+    /// assert!(LossScaler::default().loss_scale().as_dynamic().is_some());
     /// ```
-    pub fn state(&self) -> &LossScale {
+    pub fn loss_scale(&self) -> &LossScale {
         self.core.loss_scale()
+    }
+
+    /// The loss scale's state: [`loss_scale`](Self::loss_scale), under the name that
+    /// burn-mpric-022 gave the whole step state.
+    #[deprecated(
+        note = "use `loss_scale()` (or `core()` for the whole step state): the same names in both editions"
+    )]
+    pub fn state(&self) -> &LossScale {
+        self.loss_scale()
     }
 
     /// The current scale `S` (the one the next step uses).
@@ -313,7 +322,7 @@ impl LossScaler {
     /// assert_eq!(scaled.into_scalar(), 131072.0);
     /// ```
     pub fn scale_loss<B: Backend, const D: usize>(&self, loss: Tensor<B, D>) -> Tensor<B, D> {
-        self.state().scale(loss)
+        self.loss_scale().scale(loss)
     }
 
     /// Casts, unscales and checks all gradients of `module` with the current scale; see
@@ -340,7 +349,7 @@ impl LossScaler {
         module: &M,
         grads: GradientsParams,
     ) -> Result<UnscaledGrads<B::InnerBackend>, StepError> {
-        self.state().unscale_grads::<B, M>(module, grads)
+        self.loss_scale().unscale_grads::<B, M>(module, grads)
     }
 
     /// Records a step whose gradients were finite or not: updates the scale and the counters and

@@ -71,7 +71,7 @@ fn train_step<O: Optimizer<TwoLayer<TB>, TB>>(
     }
     let (model, outcome) = scaler.step_with_loss(optim, 1e-2, model, grads, scaled);
     let outcome = outcome.unwrap();
-    let dynamic = scaler.state().as_dynamic().unwrap();
+    let dynamic = scaler.loss_scale().as_dynamic().unwrap();
     let seen = Seen {
         applied: outcome.is_applied(),
         scale_used: outcome.scale_used,
@@ -179,12 +179,12 @@ fn f17_loading_a_saved_state_replaces_every_field() {
     for _ in 0..7 {
         s1.update(true);
     }
-    assert_eq!(s1.state().as_dynamic().unwrap().counter(), 7);
+    assert_eq!(s1.loss_scale().as_dynamic().unwrap().counter(), 7);
 
     let path = temp_path("f17");
     s0.save_file(&path).unwrap();
     s1 = LossScaler::load_file(&path).unwrap();
-    let d = s1.state().as_dynamic().unwrap();
+    let d = s1.loss_scale().as_dynamic().unwrap();
     assert_eq!(d.loss_scale(), 3.0);
     assert_eq!(d.config().growth_factor, 4.0);
     assert_eq!(d.config().backoff_factor, 0.5);

@@ -165,6 +165,12 @@ fn both_editions_take_the_core_decisions_on_one_sequence() {
     assert_eq!(decisions_021, expected, "the 0.21 edition");
     assert_eq!(decisions_022, expected, "the 0.22 edition");
     assert_eq!(old.to_record().0, new.to_record());
+    // The same accessors, of the same types, in both editions: the whole step state and
+    // the loss scale alone.
+    let (core_021, core_022): (&ScalerState, &ScalerState) = (old.core(), new.core());
+    assert_eq!(core_021, core_022);
+    assert_eq!(old.loss_scale(), new.loss_scale());
+    assert_eq!(old.loss_scale(), core_021.loss_scale());
 }
 
 #[test]

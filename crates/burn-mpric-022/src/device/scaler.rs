@@ -566,7 +566,7 @@ impl DeviceLossScaler {
         };
         self.pending.drain(..count);
         let max = self.host.max_consecutive_skips();
-        let (mut outcomes, stalled) = self.host.state_mut().replay(&read, max);
+        let (mut outcomes, stalled) = self.host.core_mut().replay(&read, max);
         if self.names {
             for (outcome, params) in outcomes.iter_mut().zip(names) {
                 if outcome.is_skipped() {

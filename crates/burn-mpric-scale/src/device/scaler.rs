@@ -116,7 +116,7 @@ impl<B: Backend> DeviceLossScaler<B> {
             ));
         }
         Ok(Self {
-            device: DeviceScale::new(host.state(), device)?,
+            device: DeviceScale::new(host.loss_scale(), device)?,
             host,
             pending: Vec::new(),
             sync_every: 0,
