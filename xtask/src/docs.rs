@@ -121,6 +121,41 @@ fn prose_of(markdown: &str) -> Vec<String> {
         .collect()
 }
 
+/// The text under the heading line `heading` (`## Layout`, `### Burn 0.21`) of a Markdown
+/// text, up to the next heading of the same or a higher level; lines inside fenced blocks
+/// are never headings (a Rust block's hidden `# ` lines among them).
+pub fn section<'a>(markdown: &'a str, heading: &str) -> Option<&'a str> {
+    let level = |line: &str| {
+        let hashes = line.len() - line.trim_start_matches('#').len();
+        (hashes > 0 && line[hashes..].starts_with(' ')).then_some(hashes)
+    };
+    let own = level(heading)?;
+    let mut fenced = false;
+    let mut start = None;
+    let mut at = 0;
+    for line in markdown.split_inclusive('\n') {
+        let here = at;
+        at += line.len();
+        let text = line.trim_end();
+        if text.trim_start().starts_with("```") || text.trim_start().starts_with("~~~") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        match start {
+            None if text == heading => start = Some(here + heading.len()),
+            Some(from) if level(text).is_some_and(|l| l <= own) => {
+                // Up to the line break before the next heading.
+                return Some(&markdown[from..here.saturating_sub(1).max(from)]);
+            }
+            _ => {}
+        }
+    }
+    start.map(|from| &markdown[from..])
+}
+
 /// The link targets of a Markdown text, with their line numbers: inline links
 /// `[text](target "title")` and reference definitions `[label]: target "title"`.
 pub fn link_targets(markdown: &str) -> Vec<(usize, String)> {

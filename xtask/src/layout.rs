@@ -13,6 +13,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use crate::source::{is_ident, join, reexported_names};
+
 /// The crates whose module graphs must have no circles.
 pub const CRATES: [&str; 9] = [
     "crates/burn-mpric-core",
@@ -72,10 +74,6 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-fn is_ident(c: char) -> bool {
-    c.is_ascii_alphanumeric() || c == '_'
-}
-
 /// The paths after each `crate::` in `code`, with `use crate::{a::b, c}` groups expanded
 /// (one level of braces is enough for this workspace's imports).
 fn crate_paths(code: &str) -> Vec<Vec<String>> {
@@ -127,14 +125,6 @@ fn parent(module: &str) -> &str {
     module.rsplit_once("::").map_or("", |(parent, _)| parent)
 }
 
-fn join(module: &str, rest: &str) -> String {
-    match (module.is_empty(), rest.is_empty()) {
-        (true, _) => rest.to_string(),
-        (false, true) => module.to_string(),
-        (false, false) => format!("{module}::{rest}"),
-    }
-}
-
 /// The absolute module path a `use` path written in `module` starts with (`crate::a`,
 /// `self::a`, `super::a`, a child `a`), or `None` for another crate's path.
 fn absolute(module: &str, path: &str, modules: &BTreeMap<String, String>) -> Option<String> {
@@ -170,7 +160,7 @@ fn module_reexports(
     sources
         .iter()
         .map(|(module, code)| {
-            let names = root_reexports(code)
+            let names = reexported_names(code)
                 .into_iter()
                 .filter_map(|(name, from)| Some((name, absolute(module, &from, sources)?)))
                 .collect();
@@ -210,32 +200,6 @@ fn resolve(
         path = next;
     }
     None
-}
-
-/// Items a module re-exports (`pub use module::{A, B};`), by name, with the module path the
-/// statement names, as written.
-fn root_reexports(root: &str) -> BTreeMap<String, String> {
-    let mut names = BTreeMap::new();
-    for statement in root.split(';') {
-        let Some(at) = statement.find("pub use ") else {
-            continue;
-        };
-        let path = statement[at + "pub use ".len()..].trim();
-        let (module, items) = match path.split_once("::{") {
-            Some((module, items)) => (module, items.trim_end_matches('}')),
-            None => match path.rsplit_once("::") {
-                Some((module, item)) => (module, item),
-                None => continue,
-            },
-        };
-        for item in items.split(',') {
-            let item = item.trim();
-            if !item.is_empty() && item.chars().all(is_ident) {
-                names.insert(item.to_string(), module.trim().to_string());
-            }
-        }
-    }
-    names
 }
 
 /// The module import graph of the crate at `dir`: module -> modules it imports, leaving out

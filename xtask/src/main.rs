@@ -25,6 +25,7 @@ mod mpi;
 mod package;
 mod python;
 mod readme;
+mod source;
 mod user_project;
 
 use std::path::Path;
@@ -76,16 +77,13 @@ fn check() -> Result<(), String> {
     layout::check(root)?;
     docs::check(root)?;
     // The published crates' READMEs name their files and public items.
-    let published: Vec<package::Member> = package::members()?
-        .into_iter()
-        .filter(|m| m.published)
-        .collect();
-    let dirs: Vec<&Path> = published.iter().map(|m| m.dir.as_path()).collect();
+    let workspace = package::workspace()?;
+    let dirs: Vec<&Path> = workspace.published().map(|m| m.dir.as_path()).collect();
     readme::check(&dirs)?;
     cargo(&["fmt", "--all", "--", "--check"])?;
     // Every crate a user depends on packages as crates.io takes it (versions on its path
     // dependencies, its metadata); the tools are not published.
-    package::check()?;
+    package::check(&workspace)?;
     // One feature set for lints and tests, so that both share one build: the MPI transport
     // and its tests under `mpirun` are in it.
     cargo(&[
@@ -121,8 +119,7 @@ fn check() -> Result<(), String> {
     }
     // A new user's project outside the workspace: each edition's quick start from README.md
     // on the packaged crates.
-    let names: Vec<String> = published.into_iter().map(|m| m.name).collect();
-    user_project::check(root, &names)?;
+    user_project::check(root, &workspace)?;
     Ok(())
 }
 

@@ -12,15 +12,14 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::Path;
 
+use crate::docs::section;
+use crate::source::{is_ident, use_leaves};
+
 /// What a crate root exports: the names of its items and the source paths of its globs.
 #[derive(Debug, Default, PartialEq)]
 pub struct Exports {
     pub names: BTreeSet<String>,
     pub globs: BTreeSet<String>,
-}
-
-fn is_ident(c: char) -> bool {
-    c.is_ascii_alphanumeric() || c == '_'
 }
 
 /// `source` without comments; string literals are kept as they are (a crate root's strings
@@ -103,52 +102,6 @@ fn split_attributes(statement: &str) -> (Vec<String>, &str) {
     (attributes, rest)
 }
 
-/// The leaves of a use tree (`a::{b, c::d as e, f::*}`): (prefix path, leaf) pairs, where a
-/// leaf is an identifier, `self`, `*`, or `name as alias`.
-fn use_leaves(tree: &str, prefix: &str, out: &mut Vec<(String, String)>) {
-    let tree: String = tree.split_whitespace().collect::<Vec<_>>().join(" ");
-    let tree = tree.trim();
-    match tree.find('{') {
-        Some(open) => {
-            let head = tree[..open].trim_end_matches("::").trim();
-            let inner = &tree[open + 1..tree.rfind('}').unwrap_or(tree.len())];
-            let prefix = join(prefix, head);
-            let mut depth = 0usize;
-            let mut start = 0;
-            for (i, c) in inner.char_indices() {
-                match c {
-                    '{' => depth += 1,
-                    '}' => depth -= 1,
-                    ',' if depth == 0 => {
-                        use_leaves(&inner[start..i], &prefix, out);
-                        start = i + 1;
-                    }
-                    _ => {}
-                }
-            }
-            use_leaves(&inner[start..], &prefix, out);
-        }
-        None if tree.is_empty() => {}
-        None => {
-            let (path, alias) = match tree.split_once(" as ") {
-                Some((path, alias)) => (path.trim(), Some(alias.trim())),
-                None => (tree, None),
-            };
-            let (head, leaf) = path.rsplit_once("::").unwrap_or(("", path));
-            let leaf = alias.map_or(leaf.to_string(), |a| format!("{leaf} as {a}"));
-            out.push((join(prefix, head), leaf));
-        }
-    }
-}
-
-fn join(prefix: &str, head: &str) -> String {
-    match (prefix.is_empty(), head.is_empty()) {
-        (_, true) => prefix.to_string(),
-        (true, false) => head.to_string(),
-        (false, false) => format!("{prefix}::{head}"),
-    }
-}
-
 /// The items a crate root (`lib.rs`) exports.
 pub fn exports(root: &str) -> Exports {
     let mut exports = Exports::default();
@@ -210,23 +163,6 @@ pub fn exports(root: &str) -> Exports {
     exports
 }
 
-/// The text of the README section `## title`, up to the next `## ` heading.
-pub fn section<'a>(readme: &'a str, title: &str) -> Option<&'a str> {
-    let heading = format!("## {title}");
-    let start = readme
-        .lines()
-        .scan(0, |at, line| {
-            let here = *at;
-            *at += line.len() + 1;
-            Some((here, line))
-        })
-        .find(|(_, line)| line.trim_end() == heading)
-        .map(|(at, _)| at + heading.len())?;
-    let body = &readme[start..];
-    let end = body.find("\n## ").unwrap_or(body.len());
-    Some(&body[..end])
-}
-
 /// Whether `text` holds `word` with no identifier character on either side.
 fn names(text: &str, word: &str) -> bool {
     text.match_indices(word).any(|(at, _)| {
@@ -245,7 +181,7 @@ pub fn crate_problems(dir: &Path) -> Vec<String> {
         return vec![format!("{name}: no README.md")];
     };
     let mut problems = Vec::new();
-    match section(&readme, "Layout") {
+    match section(&readme, "## Layout") {
         None => problems.push(format!("{name}/README.md: no `## Layout` section")),
         Some(layout) => {
             let mut entries: Vec<String> = fs::read_dir(dir.join("src"))
@@ -280,7 +216,7 @@ pub fn crate_problems(dir: &Path) -> Vec<String> {
     }
     // A binary's items are not a library's exports: only `lib.rs` has public items.
     if let Ok(root) = fs::read_to_string(dir.join("src/lib.rs")) {
-        match section(&readme, "Public items") {
+        match section(&readme, "## Public items") {
             None => problems.push(format!("{name}/README.md: no `## Public items` section")),
             Some(items) => {
                 let exports = exports(&root);
@@ -381,9 +317,19 @@ macro_rules! local { () => {}; }
     #[test]
     fn a_section_ends_at_the_next_heading() {
         let readme = "# x\n\n## Layout\n\n- `a.rs`\n\n## Public items\n\n`A`, `open`\n";
-        assert_eq!(section(readme, "Layout"), Some("\n\n- `a.rs`\n"));
-        assert_eq!(section(readme, "Public items"), Some("\n\n`A`, `open`\n"));
-        assert_eq!(section(readme, "Features"), None);
+        assert_eq!(section(readme, "## Layout"), Some("\n\n- `a.rs`\n"));
+        assert_eq!(
+            section(readme, "## Public items"),
+            Some("\n\n`A`, `open`\n")
+        );
+        assert_eq!(section(readme, "## Features"), None);
+        // A fenced block's `# ` lines are not headings; a deeper heading stays inside.
+        let fenced =
+            "## Layout\n```rust\n# use x;\n## not a heading\n```\n### Deeper\n`b.rs`\n# Top\n";
+        assert_eq!(
+            section(fenced, "## Layout"),
+            Some("\n```rust\n# use x;\n## not a heading\n```\n### Deeper\n`b.rs`")
+        );
         assert!(names("`A`, `open`", "open") && !names("`opened`", "open"));
     }
 

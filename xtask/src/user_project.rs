@@ -14,6 +14,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::package::Workspace;
+
 /// The README sections whose quick starts become a project each: (heading, package name).
 pub const EDITIONS: [(&str, &str); 2] = [
     ("### Burn 0.21", "quickstart-021"),
@@ -51,16 +53,8 @@ fn first_block(text: &str, language: &str) -> Option<String> {
 /// The quick start under `heading` in `readme`: the section's first `toml` and `rust`
 /// blocks, up to the next heading of the same or a higher level.
 pub fn quick_start(readme: &str, heading: &str) -> Result<QuickStart, String> {
-    let start = readme
-        .find(&format!("\n{heading}\n"))
+    let section = crate::docs::section(readme, heading)
         .ok_or_else(|| format!("README.md has no `{heading}` section"))?;
-    let body = &readme[start + heading.len() + 2..];
-    let end = [body.find("\n## "), body.find("\n### ")]
-        .into_iter()
-        .flatten()
-        .min()
-        .unwrap_or(body.len());
-    let section = &body[..end];
     let missing = |what: &str| format!("README.md's `{heading}` has no ```{what} block");
     Ok(QuickStart {
         manifest: first_block(section, "toml").ok_or_else(|| missing("toml"))?,
@@ -99,22 +93,22 @@ pub fn project_files(
     files
 }
 
-/// The `.crate` files `cargo package` wrote under `target/package/` for `crates`, unpacked
-/// into `into`: (crate name, unpacked folder).
-fn unpack(target: &Path, crates: &[String], into: &Path) -> Result<Vec<(String, PathBuf)>, String> {
-    let packaged = target.join("package");
-    let version = env!("CARGO_PKG_VERSION");
+/// The `.crate` files `cargo package` wrote under the workspace's `target/package/` for its
+/// published crates, unpacked into `into`: (crate name, unpacked folder).
+fn unpack(workspace: &Workspace, into: &Path) -> Result<Vec<(String, PathBuf)>, String> {
+    let packaged = workspace.target_dir.join("package");
     fs::create_dir_all(into).map_err(|e| format!("{}: {e}", into.display()))?;
     let mut out = Vec::new();
-    for name in crates {
-        let file = packaged.join(format!("{name}-{version}.crate"));
+    for member in workspace.published() {
+        let stem = format!("{}-{}", member.name, member.version);
+        let file = packaged.join(format!("{stem}.crate"));
         if !file.is_file() {
             return Err(format!(
                 "{} is missing: run `cargo package` first",
                 file.display()
             ));
         }
-        let dir = into.join(format!("{name}-{version}"));
+        let dir = into.join(&stem);
         let _ = fs::remove_dir_all(&dir);
         let status = Command::new("tar")
             .arg("-xzf")
@@ -126,22 +120,21 @@ fn unpack(target: &Path, crates: &[String], into: &Path) -> Result<Vec<(String, 
         if !status.success() || !dir.is_dir() {
             return Err(format!("could not unpack {} ({status})", file.display()));
         }
-        out.push((name.clone(), dir));
+        out.push((member.name.clone(), dir));
     }
     Ok(out)
 }
 
 /// Writes the project for README.md's quick starts and builds and runs each edition's program.
-pub fn check(root: &Path, published: &[String]) -> Result<(), String> {
+pub fn check(root: &Path, workspace: &Workspace) -> Result<(), String> {
     let readme =
         fs::read_to_string(root.join("README.md")).map_err(|e| format!("README.md: {e}"))?;
     let editions = EDITIONS
         .iter()
         .map(|(heading, name)| Ok((*name, quick_start(&readme, heading)?)))
         .collect::<Result<Vec<_>, String>>()?;
-    let target = crate::package::target_dir()?;
-    let project = target.join("user-project");
-    let patches = unpack(&target, published, &project.join("packages"))?;
+    let project = workspace.target_dir.join("user-project");
+    let patches = unpack(workspace, &project.join("packages"))?;
     for (file, text) in project_files(&editions, &patches) {
         let path = project.join(file);
         if let Some(dir) = path.parent() {
@@ -154,7 +147,7 @@ pub fn check(root: &Path, published: &[String]) -> Result<(), String> {
         .map_err(|e| format!("Cargo.lock: {e}"))?;
     let manifest = project.join("Cargo.toml");
     let manifest = manifest.to_string_lossy();
-    let target = target.to_string_lossy();
+    let target = workspace.target_dir.to_string_lossy();
     for (name, _) in &editions {
         let run = [
             "run",
