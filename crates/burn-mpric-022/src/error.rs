@@ -59,3 +59,13 @@ pub enum StepError {
     #[error("the sum across processes failed: {0}")]
     Transport(#[from] burn_mpric_cluster::ClusterError),
 }
+
+impl From<burn_mpric_core::scale::SettleError> for StepError {
+    fn from(error: burn_mpric_core::scale::SettleError) -> Self {
+        use burn_mpric_core::scale::SettleError;
+        match error {
+            SettleError::UnexpectedRead(what) => StepError::UnexpectedRead(what),
+            SettleError::Stalled { max, outcome } => StepError::Stalled { max, outcome },
+        }
+    }
+}

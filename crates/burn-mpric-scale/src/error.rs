@@ -76,3 +76,13 @@ pub enum StepError {
     #[error("the all-reduce through burn-collective failed: {0}")]
     Collective(String),
 }
+
+impl From<burn_mpric_core::scale::SettleError> for StepError {
+    fn from(error: burn_mpric_core::scale::SettleError) -> Self {
+        use burn_mpric_core::scale::SettleError;
+        match error {
+            SettleError::UnexpectedRead(what) => StepError::UnexpectedRead(what),
+            SettleError::Stalled { max, outcome } => StepError::Stalled { max, outcome },
+        }
+    }
+}

@@ -3,9 +3,10 @@
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::{GradientsParams, MultiGradientsParams};
-use burn::tensor::{Bool, DType, Device, FloatDType, Tensor, Transaction};
-use burn_mpric_core::scale::{DeviceStepRead, MAX_PENDING_STEPS, Overflow, StepOutcome};
-use std::collections::HashMap;
+use burn::tensor::{Bool, DType, Device, FloatDType, Tensor, TensorData, Transaction};
+use burn_mpric_core::scale::{
+    PendingStep, PendingSteps, ReadHandle, ReadValue, StepOutcome, merge_by_name,
+};
 
 use super::optim::DeviceOptimizer;
 use super::rules::DeviceRule;
@@ -57,8 +58,7 @@ pub struct DeviceLossScaler {
     host: LossScaler,
     /// The state the next step uses.
     device: DeviceScale,
-    pending: Vec<Pending>,
-    sync_every: usize,
+    pending: PendingSteps<Tensor<1, Bool>, Tensor<1>>,
     /// Keep each parameter's finiteness flag, to name the overflowed ones at the read.
     names: bool,
 }
@@ -67,17 +67,6 @@ pub struct DeviceLossScaler {
 /// is) and, with names on, each gradient's overflow by module path.
 struct Checks {
     sums: Vec<Tensor<1>>,
-    overflowed: Vec<(String, Tensor<1, Bool>)>,
-}
-
-/// A step the host has not read yet.
-struct Pending {
-    /// `None`: the step had no gradients (finite, as in jmp).
-    finite: Option<Tensor<1, Bool>>,
-    /// The mean of the scaled loss, at f32.
-    loss: Option<Tensor<1>>,
-    /// With [`DeviceLossScaler::with_overflow_names`]: each gradient's "holds inf or NaN",
-    /// by its parameter's module path, in module order.
     overflowed: Vec<(String, Tensor<1, Bool>)>,
 }
 
@@ -110,15 +99,15 @@ impl DeviceLossScaler {
         Ok(Self {
             device: DeviceScale::new(host.loss_scale(), &device)?,
             host,
-            pending: Vec::new(),
-            sync_every: 0,
+            pending: PendingSteps::new(0),
             names: false,
         })
     }
 
     /// Reads the pending steps every `n` steps, one step behind: after the `n + 1`-th
     /// pending step is queued, the `n` before it are read. `0` (the default) reads at
-    /// [`sync`](Self::sync), and once [`MAX_PENDING_STEPS`] steps are pending.
+    /// [`sync`](Self::sync), and once
+    /// [`MAX_PENDING_STEPS`](burn_mpric_core::scale::MAX_PENDING_STEPS) steps are pending.
     ///
     /// # Example
     ///
@@ -132,7 +121,7 @@ impl DeviceLossScaler {
     #[must_use]
     pub fn with_sync_every(self, n: usize) -> Self {
         Self {
-            sync_every: n,
+            pending: self.pending.with_sync_every(n),
             ..self
         }
     }
@@ -185,7 +174,7 @@ impl DeviceLossScaler {
     }
 
     /// How often pending steps are read (0: at [`sync`](Self::sync), and once
-    /// [`MAX_PENDING_STEPS`] are pending).
+    /// [`MAX_PENDING_STEPS`](burn_mpric_core::scale::MAX_PENDING_STEPS) are pending).
     ///
     /// # Example
     ///
@@ -197,7 +186,7 @@ impl DeviceLossScaler {
     /// assert_eq!(scaler.sync_every(), 0);
     /// ```
     pub fn sync_every(&self) -> usize {
-        self.sync_every
+        self.pending.sync_every()
     }
 
     /// The host's scaler as of the last step it learned; [`sync`](Self::sync) first to
@@ -335,24 +324,14 @@ impl DeviceLossScaler {
         if !self.names {
             return Vec::new();
         }
-        let mut flags: Vec<(String, Tensor<1, Bool>)> = Vec::new();
-        let mut at: HashMap<String, usize> = HashMap::new();
-        for shard in shards {
-            for (path, grad) in grads_by_path(module, shard) {
-                let flag = grad.is_finite().bool_not().any();
-                match at.get(&path) {
-                    Some(&i) => {
-                        let flag = flag.to_device(&flags[i].1.device());
-                        flags[i].1 = flags[i].1.clone().bool_or(flag);
-                    }
-                    None => {
-                        at.insert(path.clone(), flags.len());
-                        flags.push((path, flag));
-                    }
-                }
-            }
-        }
-        flags
+        let flags = shards.iter().flat_map(|shard| {
+            let by_path = grads_by_path(module, shard).into_iter();
+            by_path.map(|(path, grad)| (path, grad.is_finite().bool_not().any()))
+        });
+        merge_by_name(flags, |all, flag| {
+            let flag = flag.to_device(&all.device());
+            all.bool_or(flag)
+        })
     }
 
     /// [`step`](Self::step) for gradients held on several devices (Burn's
@@ -461,20 +440,10 @@ impl DeviceLossScaler {
         };
         self.device = self.device.clone().adjust(flag);
         let loss = scaled_loss.map(|loss| loss.without_autodiff().cast(FloatDType::F32).mean());
-        self.pending.push(Pending {
-            finite,
-            loss,
-            overflowed,
-        });
-        let every = match self.sync_every {
-            0 => MAX_PENDING_STEPS,
-            n => n.min(MAX_PENDING_STEPS),
-        };
-        let learned = if self.pending.len() > every {
-            let newest = self.pending.len() - 1;
-            self.read(newest)
-        } else {
-            Ok(Vec::new())
+        let step = PendingStep::new(finite, loss).with_overflowed(overflowed);
+        let learned = match self.pending.push(step) {
+            Some(due) => self.read(due),
+            None => Ok(Vec::new()),
         };
         (module, learned)
     }
@@ -503,93 +472,42 @@ impl DeviceLossScaler {
 
     /// Reads the oldest `count` pending steps (all of them: and the device's scale, checked).
     fn read(&mut self, count: usize) -> Result<Vec<StepOutcome>, StepError> {
-        let check_scale = count == self.pending.len();
+        let plan = self.pending.plan(count);
         let mut transaction = Transaction::default();
-        for step in &self.pending[..count] {
-            if let Some(flag) = &step.finite {
-                transaction = transaction.register(flag.clone());
-            }
-            if let Some(loss) = &step.loss {
-                transaction = transaction.register(loss.clone());
-            }
-            for (_, flag) in &step.overflowed {
-                transaction = transaction.register(flag.clone());
-            }
-        }
-        if check_scale {
-            transaction = transaction.register(self.device.scale());
-        }
-        let mut data = transaction.try_execute()?.into_iter();
-        let mut next = || {
-            data.next().ok_or_else(|| {
-                StepError::UnexpectedRead("the transaction returned too few values".into())
-            })
-        };
-        let one = |data: burn::tensor::TensorData, what: &str| -> Result<f32, StepError> {
-            match data.iter::<f32>().collect::<Vec<_>>().as_slice() {
-                [value] => Ok(*value),
-                _ => Err(StepError::UnexpectedRead(format!("expected one {what}"))),
-            }
-        };
-        let mut read: Vec<DeviceStepRead> = Vec::with_capacity(count);
-        let mut names: Vec<Vec<String>> = Vec::with_capacity(count);
-        for step in &self.pending[..count] {
-            let finite = match step.finite {
-                // Backends store bools as they like (Wgpu as integers): read through `iter`,
-                // which converts.
-                Some(_) => match next()?.iter::<bool>().collect::<Vec<_>>().as_slice() {
-                    [flag] => *flag,
-                    _ => {
-                        return Err(StepError::UnexpectedRead(
-                            "expected one finiteness flag".into(),
-                        ));
-                    }
-                },
-                None => true,
+        for handle in &plan {
+            transaction = match handle {
+                ReadHandle::Flag(flag) => transaction.register((*flag).clone()),
+                ReadHandle::Loss(loss) => transaction.register((*loss).clone()),
+                ReadHandle::Scale => transaction.register(self.device.scale()),
             };
-            let loss = match step.loss {
-                Some(_) => Some(one(next()?, "loss")?),
-                None => None,
-            };
-            read.push((finite, loss));
-            let mut overflowed = Vec::new();
-            for (path, _) in &step.overflowed {
-                if next()?.iter::<bool>().next().unwrap_or(false) {
-                    overflowed.push(path.clone());
-                }
-            }
-            names.push(overflowed);
         }
-        let device_scale = match check_scale {
-            true => Some(one(next()?, "scale")?),
-            false => None,
-        };
-        self.pending.drain(..count);
+        let data = transaction.try_execute()?;
+        let values = plan
+            .iter()
+            .zip(data)
+            .map(|(handle, data)| read_value(handle.is_flag(), data))
+            .collect::<Result<Vec<_>, _>>()?;
         let max = self.host.max_consecutive_skips();
-        let (mut outcomes, stalled) = self.host.core_mut().replay(&read, max);
-        if self.names {
-            for (outcome, params) in outcomes.iter_mut().zip(names) {
-                if outcome.is_skipped() {
-                    outcome.overflow = Some(Overflow::new(params));
-                }
-            }
-        }
-        if let Some(device) = device_scale
-            && device != self.host.scale()
-        {
-            return Err(StepError::UnexpectedRead(format!(
-                "the device's loss scale {device:e} differs from the host's {:e} after the \
-                 same steps",
-                self.host.scale()
-            )));
-        }
-        match stalled {
-            Some(index) => Err(StepError::Stalled {
-                max,
-                outcome: Box::new(outcomes[index].clone()),
-            }),
-            None => Ok(outcomes),
-        }
+        let settled = self
+            .pending
+            .settle(count, &values, self.host.core_mut(), max, self.names);
+        Ok(settled?)
+    }
+}
+
+/// A one-element value read back: a flag through `iter`, which converts (backends store
+/// bools as they like, Wgpu as integers), or one `f32`.
+fn read_value(flag: bool, data: TensorData) -> Result<ReadValue, StepError> {
+    let unexpected = |what: &str| StepError::UnexpectedRead(format!("expected one {what}"));
+    match flag {
+        true => match data.iter::<bool>().collect::<Vec<_>>().as_slice() {
+            [flag] => Ok(ReadValue::Flag(*flag)),
+            _ => Err(unexpected("flag")),
+        },
+        false => match data.iter::<f32>().collect::<Vec<_>>().as_slice() {
+            [value] => Ok(ReadValue::Number(*value)),
+            _ => Err(unexpected("value")),
+        },
     }
 }
 

@@ -32,6 +32,7 @@ mod loss_scale;
 mod noop;
 mod outcome;
 mod overflow;
+mod pending;
 mod preset;
 mod probe;
 mod record;
@@ -52,6 +53,7 @@ pub use loss_scale::LossScale;
 pub use noop::NoOpLossScale;
 pub use outcome::{ScalerStats, StepAction, StepOutcome};
 pub use overflow::{OVERFLOW_NAMES_SHOWN, Overflow};
+pub use pending::{PendingStep, PendingSteps, ReadHandle, ReadValue, SettleError, merge_by_name};
 pub use preset::LossScalePreset;
 pub use probe::Probe;
 pub use record::{

@@ -5,7 +5,9 @@ use burn::module::{AutodiffModule, ModuleVisitor, Param};
 use burn::optim::{GradientsParams, MultiGradientsParams};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, DType, FloatDType, Tensor, TensorData, Transaction};
-use burn_mpric_core::scale::{DeviceStepRead, MAX_PENDING_STEPS, Overflow, StepOutcome};
+use burn_mpric_core::scale::{
+    PendingStep, PendingSteps, ReadHandle, ReadValue, StepOutcome, merge_by_name,
+};
 
 use super::optim::DeviceOptimizer;
 use super::rules::DeviceRule;
@@ -64,8 +66,7 @@ pub struct DeviceLossScaler<B: Backend> {
     host: LossScaler,
     /// The state the next step uses.
     device: DeviceScale<B>,
-    pending: Vec<Pending<B>>,
-    sync_every: usize,
+    pending: PendingSteps<Tensor<B, 1, Bool>, Tensor<B, 1>>,
     /// Keep each parameter's finiteness flag, to name the overflowed ones at the read.
     names: bool,
 }
@@ -75,17 +76,6 @@ pub struct DeviceLossScaler<B: Backend> {
 struct Checks<B: Backend> {
     /// `None`: the step had no gradients.
     finite: Option<Tensor<B, 1, Bool>>,
-    overflowed: Vec<(String, Tensor<B, 1, Bool>)>,
-}
-
-/// A step the host has not read yet.
-struct Pending<B: Backend> {
-    /// `None`: the step had no gradients (finite, as in jmp).
-    finite: Option<Tensor<B, 1, Bool>>,
-    /// The mean of the scaled loss, at f32.
-    loss: Option<Tensor<B, 1>>,
-    /// With [`DeviceLossScaler::with_overflow_names`]: each gradient's "holds inf or NaN",
-    /// by its parameter's module path, in module order.
     overflowed: Vec<(String, Tensor<B, 1, Bool>)>,
 }
 
@@ -118,8 +108,7 @@ impl<B: Backend> DeviceLossScaler<B> {
         Ok(Self {
             device: DeviceScale::new(host.loss_scale(), device)?,
             host,
-            pending: Vec::new(),
-            sync_every: 0,
+            pending: PendingSteps::new(0),
             names: false,
         })
     }
@@ -127,7 +116,7 @@ impl<B: Backend> DeviceLossScaler<B> {
     /// Reads the pending steps every `n` steps, one step behind: after the `n + 1`-th
     /// pending step is queued, the `n` before it are read, and the newest one stays on the
     /// device. `0` (the default) reads at [`sync`](Self::sync), and once
-    /// [`MAX_PENDING_STEPS`] steps are pending.
+    /// [`MAX_PENDING_STEPS`](burn_mpric_core::scale::MAX_PENDING_STEPS) steps are pending.
     ///
     /// # Example
     ///
@@ -141,7 +130,7 @@ impl<B: Backend> DeviceLossScaler<B> {
     #[must_use]
     pub fn with_sync_every(self, n: usize) -> Self {
         Self {
-            sync_every: n,
+            pending: self.pending.with_sync_every(n),
             ..self
         }
     }
@@ -196,7 +185,7 @@ impl<B: Backend> DeviceLossScaler<B> {
     }
 
     /// How often pending steps are read (0: at [`sync`](Self::sync), and once
-    /// [`MAX_PENDING_STEPS`] are pending).
+    /// [`MAX_PENDING_STEPS`](burn_mpric_core::scale::MAX_PENDING_STEPS) are pending).
     ///
     /// # Example
     ///
@@ -208,7 +197,7 @@ impl<B: Backend> DeviceLossScaler<B> {
     /// assert_eq!(scaler.sync_every(), 0);
     /// ```
     pub fn sync_every(&self) -> usize {
-        self.sync_every
+        self.pending.sync_every()
     }
 
     /// The host's scaler as of the last step it learned: its scale, counters and record
@@ -360,10 +349,13 @@ impl<B: Backend> DeviceLossScaler<B> {
         if !self.names {
             return Vec::new();
         }
-        named_grads::<AB, M>(module, shards)
+        let flags = named_grads::<AB, M>(module, shards)
             .into_iter()
-            .map(|(path, grad)| (path, grad.is_finite().bool_not().any()))
-            .collect()
+            .map(|(path, grad)| (path, grad.is_finite().bool_not().any()));
+        merge_by_name(flags, |all, flag| {
+            let flag = flag.to_device(&all.device());
+            all.bool_or(flag)
+        })
     }
 
     /// [`step`](Self::step) for gradients held on several devices, as burn-train's
@@ -485,20 +477,10 @@ impl<B: Backend> DeviceLossScaler<B> {
         };
         self.device = self.device.clone().adjust(flag);
         let loss = scaled_loss.map(|loss| loss.inner().cast(FloatDType::F32).mean());
-        self.pending.push(Pending {
-            finite,
-            loss,
-            overflowed,
-        });
-        let every = match self.sync_every {
-            0 => MAX_PENDING_STEPS,
-            n => n.min(MAX_PENDING_STEPS),
-        };
-        let learned = if self.pending.len() > every {
-            let newest = self.pending.len() - 1;
-            self.read(newest)
-        } else {
-            Ok(Vec::new())
+        let step = PendingStep::new(finite, loss).with_overflowed(overflowed);
+        let learned = match self.pending.push(step) {
+            Some(due) => self.read(due),
+            None => Ok(Vec::new()),
         };
         (module, learned)
     }
@@ -527,83 +509,35 @@ impl<B: Backend> DeviceLossScaler<B> {
 
     /// Reads the oldest `count` pending steps (all of them: and the device's scale, checked).
     fn read(&mut self, count: usize) -> Result<Vec<StepOutcome>, StepError> {
-        let check_scale = count == self.pending.len();
-        if count == 0 && !check_scale {
-            return Ok(Vec::new());
-        }
-        let scale_device = self.device.scale().device();
+        let plan = self.pending.plan(count);
+        let scale = self.device.scale();
+        let scale_device = scale.device();
         let mut transaction = Transaction::<B>::default();
-        for step in &self.pending[..count] {
-            if let Some(flag) = &step.finite {
-                transaction = transaction.register(flag.clone());
-            }
-            if let Some(loss) = &step.loss {
-                transaction = transaction.register(loss.clone());
-            }
-            for (_, flag) in &step.overflowed {
-                transaction = transaction.register(flag.clone().to_device(&scale_device));
-            }
+        for handle in &plan {
+            transaction = match handle {
+                ReadHandle::Flag(flag) => {
+                    transaction.register((*flag).clone().to_device(&scale_device))
+                }
+                ReadHandle::Loss(loss) => {
+                    transaction.register((*loss).clone().to_device(&scale_device))
+                }
+                ReadHandle::Scale => transaction.register(scale.clone()),
+            };
         }
-        if check_scale {
-            transaction = transaction.register(self.device.scale());
-        }
-        let mut data = transaction.try_execute()?.into_iter();
-        let mut next = || {
-            data.next().ok_or_else(|| {
-                StepError::UnexpectedRead("the transaction returned too few values".into())
+        let data = transaction.try_execute()?;
+        let values = plan
+            .iter()
+            .zip(data)
+            .map(|(handle, data)| match handle.is_flag() {
+                true => read_bool(data).map(ReadValue::Flag),
+                false => read_one::<f32>(data, "value").map(ReadValue::Number),
             })
-        };
-        let mut read: Vec<DeviceStepRead> = Vec::with_capacity(count);
-        let mut names: Vec<Vec<String>> = Vec::with_capacity(count);
-        for step in &self.pending[..count] {
-            let finite = match step.finite {
-                Some(_) => read_bool(next()?)?,
-                None => true,
-            };
-            let loss = match step.loss {
-                Some(_) => Some(read_one::<f32>(next()?, "loss")?),
-                None => None,
-            };
-            read.push((finite, loss));
-            let mut overflowed: Vec<String> = Vec::new();
-            for (path, _) in &step.overflowed {
-                // A parameter's shards on several devices share its name.
-                if read_bool(next()?)? && overflowed.last() != Some(path) {
-                    overflowed.push(path.clone());
-                }
-            }
-            names.push(overflowed);
-        }
-        let device_scale = match check_scale {
-            true => Some(read_one::<f32>(next()?, "scale")?),
-            false => None,
-        };
-        self.pending.drain(..count);
+            .collect::<Result<Vec<_>, _>>()?;
         let max = self.host.max_consecutive_skips();
-        let (mut outcomes, stalled) = self.host.core_mut().replay(&read, max);
-        if self.names {
-            for (outcome, params) in outcomes.iter_mut().zip(names) {
-                if outcome.is_skipped() {
-                    outcome.overflow = Some(Overflow::new(params));
-                }
-            }
-        }
-        if let Some(device) = device_scale
-            && device != self.host.scale()
-        {
-            return Err(StepError::UnexpectedRead(format!(
-                "the device's loss scale {device:e} differs from the host's {:e} after the \
-                 same steps",
-                self.host.scale()
-            )));
-        }
-        match stalled {
-            Some(index) => Err(StepError::Stalled {
-                max,
-                outcome: Box::new(outcomes[index].clone()),
-            }),
-            None => Ok(outcomes),
-        }
+        let settled = self
+            .pending
+            .settle(count, &values, self.host.core_mut(), max, self.names);
+        Ok(settled?)
     }
 }
 
