@@ -10,8 +10,8 @@
 use burn::backend::{Autodiff, Flex};
 use burn::nn::{Initializer, Linear, LinearConfig};
 use burn::optim::{GradientsParams, MultiGradientsParams};
-use burn::tensor::Tensor;
 use burn::prelude::DeviceOps;
+use burn::tensor::Tensor;
 use burn_mpric_scale::{
     DeviceLossScaler, DeviceOptimizer, DeviceSgdConfig, LossScaleConfig, LossScaler, StepOutcome,
 };

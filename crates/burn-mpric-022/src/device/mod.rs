@@ -8,6 +8,7 @@
 //! a select on the flag, and [`DeviceLossScaler`] ties them into the step contract, with the
 //! outcomes read later in one transaction and replayed by the core.
 
+mod lane;
 mod optim;
 mod rules;
 mod scale;

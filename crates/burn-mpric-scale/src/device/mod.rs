@@ -8,6 +8,7 @@
 //! flag, and [`DeviceLossScaler`] ties them into the step contract, with the outcomes read
 //! later in one transaction.
 
+mod lane;
 mod optim;
 mod rules;
 mod scale;

@@ -1,0 +1,25 @@
+//! Burn 0.22's one-dimensional tensors as burn-mpric-core's [`Lane`]s: what the update rules
+//! written once in the core ([`LaneRule`](burn_mpric_core::scale::LaneRule)) run on here.
+
+use burn::tensor::{Bool, Device, FloatDType, Tensor};
+use burn_mpric_core::scale::Lane;
+
+use super::scale::f32_value;
+
+/// The Burn 0.22 edition, as the core's rules name it.
+pub struct Burn022;
+
+impl Lane<Burn022> for Tensor<1> {
+    type Mask = Tensor<1, Bool>;
+    type Device = Device;
+
+    burn_mpric_core::lane_arithmetic!();
+
+    fn f32_zeros(len: usize, device: &Device) -> Self {
+        Tensor::<1>::zeros([len], device).cast(FloatDType::F32)
+    }
+
+    fn f32_value(value: f32, device: &Device) -> Self {
+        f32_value(value, device)
+    }
+}

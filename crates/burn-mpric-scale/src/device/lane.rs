@@ -1,0 +1,26 @@
+//! Burn 0.21's one-dimensional tensors as burn-mpric-core's [`Lane`]s: what the update rules
+//! written once in the core ([`LaneRule`](burn_mpric_core::scale::LaneRule)) run on here.
+
+use burn::tensor::backend::Backend;
+use burn::tensor::{Bool, FloatDType, Tensor};
+use burn_mpric_core::scale::Lane;
+
+use super::scale::f32_value;
+
+/// The Burn 0.21 edition, as the core's rules name it.
+pub struct Burn021;
+
+impl<B: Backend> Lane<Burn021> for Tensor<B, 1> {
+    type Mask = Tensor<B, 1, Bool>;
+    type Device = B::Device;
+
+    burn_mpric_core::lane_arithmetic!();
+
+    fn f32_zeros(len: usize, device: &B::Device) -> Self {
+        Tensor::<B, 1>::zeros([len], device).cast(FloatDType::F32)
+    }
+
+    fn f32_value(value: f32, device: &B::Device) -> Self {
+        f32_value::<B>(value, device)
+    }
+}
