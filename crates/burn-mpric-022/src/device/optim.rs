@@ -11,6 +11,8 @@ use burn::module::{Module, ModuleMapper, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::{Bool, Device, FloatDType, Tensor, Transaction};
 
+use burn_mpric_core::optim::{Cohorts, StepCohorts};
+
 use super::rules::DeviceRule;
 use crate::dtype::plain_float;
 
@@ -54,8 +56,7 @@ pub struct DeviceOptimizer<R: DeviceRule> {
     states: DeviceOptimizerRecord,
     /// Parameters in one cohort hold the same one-element state (Adam's step count, SGD's
     /// first-step flag): their step's coefficients are computed once, not per parameter.
-    cohorts: HashMap<ParamId, u64>,
-    next_cohort: u64,
+    cohorts: Cohorts<ParamId>,
 }
 
 /// A [`DeviceOptimizer`]'s state: each parameter's state tensors, flat, by parameter id.
@@ -87,8 +88,7 @@ impl<R: DeviceRule> DeviceOptimizer<R> {
         Self {
             rule,
             states: HashMap::new(),
-            cohorts: HashMap::new(),
-            next_cohort: 0,
+            cohorts: Cohorts::new(),
         }
     }
 
@@ -138,9 +138,8 @@ impl<R: DeviceRule> DeviceOptimizer<R> {
             rule: &self.rule,
             states: &mut self.states,
             cohorts: &mut self.cohorts,
-            next_cohort: &mut self.next_cohort,
             grads: &mut grads,
-            step: Vec::new(),
+            step: StepCohorts::new(),
             applied,
             lr,
         };
@@ -176,7 +175,6 @@ impl<R: DeviceRule> DeviceOptimizer<R> {
     #[must_use]
     pub fn load_record(mut self, record: DeviceOptimizerRecord) -> Self {
         self.cohorts = cohorts_of(&record, self.rule.elementwise_slots());
-        self.next_cohort = self.cohorts.values().max().map_or(0, |last| last + 1);
         self.states = record;
         self
     }
@@ -185,7 +183,7 @@ impl<R: DeviceRule> DeviceOptimizer<R> {
 /// Groups a loaded record's parameters by their one-element state, read once (a load is
 /// off the step's path): equal values on one device make one cohort. Where the read fails,
 /// each parameter is a cohort of its own, which is slower, never wrong.
-fn cohorts_of(record: &DeviceOptimizerRecord, elementwise: usize) -> HashMap<ParamId, u64> {
+fn cohorts_of(record: &DeviceOptimizerRecord, elementwise: usize) -> Cohorts<ParamId> {
     let ids: Vec<ParamId> = record.keys().copied().collect();
     let mut transaction = Transaction::default();
     for id in &ids {
@@ -202,37 +200,21 @@ fn cohorts_of(record: &DeviceOptimizerRecord, elementwise: usize) -> HashMap<Par
         .ok()
         .map(|data| data.into_iter().map(bits).collect::<Result<Vec<_>, _>>());
     let Some(Ok(values)) = values else {
-        return ids.into_iter().zip(0..).collect();
+        return Cohorts::separate(ids);
     };
     let per_param = record
         .values()
         .next()
         .map_or(0, |state| state.len() - elementwise);
-    let mut seen: Vec<(Device, Vec<Vec<u32>>)> = Vec::new();
-    let mut cohorts = HashMap::new();
-    for (id, key) in ids.iter().zip(values.chunks(per_param.max(1))) {
-        let Some(device) = record[id].first().map(Tensor::device) else {
-            continue;
-        };
-        let key = key.to_vec();
-        let cohort = match seen.iter().position(|(d, k)| *d == device && *k == key) {
-            Some(found) => found,
-            None => {
-                seen.push((device, key));
-                seen.len() - 1
-            }
-        };
-        cohorts.insert(*id, cohort as u64);
-    }
-    cohorts
+    let keys = values.chunks(per_param.max(1));
+    Cohorts::grouped(ids.iter().zip(keys).filter_map(|(id, key)| {
+        let device = record[id].first()?.device();
+        Some((*id, device, key.to_vec()))
+    }))
 }
 
-/// One cohort's coefficients for this step, and the cohort its parameters join.
-struct Cohort {
-    /// The cohort the parameters were in (`None`: parameters stepped for the first time).
-    was: Option<u64>,
-    device: Device,
-    becomes: u64,
+/// One cohort's coefficients for this step.
+struct Coefficients {
     coefficients: Vec<Tensor<1>>,
     next: Vec<Tensor<1>>,
     /// Where the step is skipped (gradients are zeroed there before the update).
@@ -242,46 +224,12 @@ struct Cohort {
 struct Mapper<'a, R: DeviceRule> {
     rule: &'a R,
     states: &'a mut DeviceOptimizerRecord,
-    cohorts: &'a mut HashMap<ParamId, u64>,
-    next_cohort: &'a mut u64,
+    cohorts: &'a mut Cohorts<ParamId>,
     grads: &'a mut GradientsParams,
     /// The cohorts met in this step.
-    step: Vec<Cohort>,
+    step: StepCohorts<Device, Coefficients>,
     applied: Tensor<1, Bool>,
     lr: f64,
-}
-
-impl<R: DeviceRule> Mapper<'_, R> {
-    /// The cohort a parameter in `was` on `device` steps with (its index in `step`), its
-    /// coefficients computed from `scalars` the first time the cohort is met in this step.
-    fn cohort(&mut self, was: Option<u64>, device: &Device, scalars: Vec<Tensor<1>>) -> usize {
-        let found = self
-            .step
-            .iter()
-            // One cohort per device: a cohort's coefficients live on one device, and
-            // `step_multi` may update its parameters on several.
-            .position(|c| c.was == was && c.device == *device);
-        match found {
-            Some(index) => index,
-            None => {
-                let applied = self.applied.clone().to_device(device);
-                let (coefficients, next) =
-                    self.rule
-                        .coefficients(self.lr, &scalars, Some(&applied), device);
-                let becomes = *self.next_cohort;
-                *self.next_cohort += 1;
-                self.step.push(Cohort {
-                    was,
-                    device: device.clone(),
-                    becomes,
-                    coefficients,
-                    next,
-                    skipped: applied.bool_not(),
-                });
-                self.step.len() - 1
-            }
-        }
-    }
 }
 
 impl<R: DeviceRule> ModuleMapper for Mapper<'_, R> {
@@ -311,11 +259,7 @@ impl<R: DeviceRule> ModuleMapper for Mapper<'_, R> {
                     true => state.into_iter().map(|t| t.to_device(&device)).collect(),
                     false => state,
                 };
-                let cohort = self.cohorts.get(&id).copied().unwrap_or_else(|| {
-                    *self.next_cohort += 1;
-                    *self.next_cohort - 1
-                });
-                (state, Some(cohort))
+                (state, Some(self.cohorts.recorded(id)))
             }
             None => (self.rule.init_state(len, &device), None),
         };
@@ -323,8 +267,17 @@ impl<R: DeviceRule> ModuleMapper for Mapper<'_, R> {
         // A rule without one-element state (plain SGD) has no step count to tell parameters
         // apart: they all share one cohort per device, as new parameters do.
         let was = was.filter(|_| !scalars.is_empty());
-        let index = self.cohort(was, &device, scalars);
-        let cohort = &self.step[index];
+        let (rule, lr) = (self.rule, self.lr);
+        let applied = &self.applied;
+        let (becomes, cohort) = self.step.find_or_make(was, &device, self.cohorts, || {
+            let applied = applied.clone().to_device(&device);
+            let (coefficients, next) = rule.coefficients(lr, &scalars, Some(&applied), &device);
+            Coefficients {
+                coefficients,
+                next,
+                skipped: applied.bool_not(),
+            }
+        });
         let grad = grad
             .to_device(&device)
             .reshape([len])
@@ -340,8 +293,7 @@ impl<R: DeviceRule> ModuleMapper for Mapper<'_, R> {
             None => new,
         };
         state.extend(cohort.next.iter().cloned());
-        let becomes = cohort.becomes;
-        self.cohorts.insert(id, becomes);
+        self.cohorts.set(id, becomes);
         self.states.insert(id, state);
         let mut tensor = Tensor::from_inner(param.reshape(shape));
         if let Some(strategy) = checkpointing {

@@ -22,10 +22,12 @@
 //! assert_eq!(OptimizerPrecision::default().bytes_per_parameter(2).total(), 16);
 //! ```
 
+mod cohorts;
 mod precision;
 mod rounding;
 mod slots;
 
+pub use cohorts::{Cohorts, StepCohorts};
 pub use precision::{
     BytesPerParameter, HeldBytes, MasterWeights, OptimizerPrecision, PrecisionError, StateDtype,
 };

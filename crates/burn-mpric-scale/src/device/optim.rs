@@ -11,6 +11,8 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, FloatDType, Tensor, Transaction};
 use hashbrown::HashMap;
 
+use burn_mpric_core::optim::{Cohorts, StepCohorts};
+
 use super::rules::DeviceRule;
 use crate::dtype::float_dtype;
 
@@ -52,8 +54,7 @@ pub struct DeviceOptimizer<R: DeviceRule, B: Backend> {
     states: DeviceOptimizerRecord<B>,
     /// Parameters in one cohort hold the same one-element state (Adam's step count, SGD's
     /// first-step flag): their step's coefficients are computed once, not per parameter.
-    cohorts: HashMap<ParamId, u64>,
-    next_cohort: u64,
+    cohorts: Cohorts<ParamId>,
 }
 
 /// A [`DeviceOptimizer`]'s state, a Burn record: each parameter's state tensors, flat, by
@@ -90,8 +91,7 @@ impl<R: DeviceRule, B: Backend> DeviceOptimizer<R, B> {
         Self {
             rule,
             states: HashMap::new(),
-            cohorts: HashMap::new(),
-            next_cohort: 0,
+            cohorts: Cohorts::new(),
         }
     }
 
@@ -150,9 +150,8 @@ impl<R: DeviceRule, B: Backend> DeviceOptimizer<R, B> {
             rule: &self.rule,
             states: &mut self.states,
             cohorts: &mut self.cohorts,
-            next_cohort: &mut self.next_cohort,
             grads: &mut grads,
-            step: Vec::new(),
+            step: StepCohorts::new(),
             applied,
             lr,
         };
@@ -188,9 +187,7 @@ impl<R: DeviceRule, B: Backend> DeviceOptimizer<R, B> {
     /// ```
     #[must_use]
     pub fn load_record(mut self, record: DeviceOptimizerRecord<B>) -> Self {
-        let scalars = self.rule.elementwise_slots();
-        self.cohorts = cohorts_of(&record, scalars);
-        self.next_cohort = self.cohorts.values().max().map_or(0, |last| last + 1);
+        self.cohorts = cohorts_of(&record, self.rule.elementwise_slots());
         self.states = record;
         self
     }
@@ -240,7 +237,7 @@ impl<R: DeviceRule, B: Backend> DeviceOptimizer<R, B> {
 fn cohorts_of<B: Backend>(
     record: &DeviceOptimizerRecord<B>,
     elementwise: usize,
-) -> HashMap<ParamId, u64> {
+) -> Cohorts<ParamId> {
     let ids: Vec<ParamId> = record.keys().copied().collect();
     let mut transaction = Transaction::<B>::default();
     for id in &ids {
@@ -258,38 +255,21 @@ fn cohorts_of<B: Backend>(
             .collect::<Result<Vec<_>, _>>()
     });
     let Some(Ok(values)) = values else {
-        return ids.into_iter().zip(0..).collect();
+        return Cohorts::separate(ids);
     };
     let per_param = record
         .values()
         .next()
         .map_or(0, |state| state.len() - elementwise);
-    let mut seen: Vec<(B::Device, Vec<Vec<u32>>)> = Vec::new();
-    let mut cohorts = HashMap::new();
-    for (id, key) in ids.iter().zip(values.chunks(per_param.max(1))) {
-        let device = match record[id].first() {
-            Some(tensor) => tensor.device(),
-            None => continue,
-        };
-        let key = key.to_vec();
-        let cohort = match seen.iter().position(|(d, k)| *d == device && *k == key) {
-            Some(found) => found,
-            None => {
-                seen.push((device, key));
-                seen.len() - 1
-            }
-        };
-        cohorts.insert(*id, cohort as u64);
-    }
-    cohorts
+    let keys = values.chunks(per_param.max(1));
+    Cohorts::grouped(ids.iter().zip(keys).filter_map(|(id, key)| {
+        let device = record[id].first()?.device();
+        Some((*id, device, key.to_vec()))
+    }))
 }
 
-/// One cohort's coefficients for this step, and the cohort its parameters join.
-struct Cohort<B: Backend> {
-    /// The cohort the parameters were in (`None`: parameters stepped for the first time).
-    was: Option<u64>,
-    device: B::Device,
-    becomes: u64,
+/// One cohort's coefficients for this step.
+struct Coefficients<B: Backend> {
     coefficients: Vec<Tensor<B, 1>>,
     next: Vec<Tensor<B, 1>>,
     /// Where the step is skipped (gradients are zeroed there before the update).
@@ -299,51 +279,12 @@ struct Cohort<B: Backend> {
 struct Mapper<'a, R: DeviceRule, B: Backend> {
     rule: &'a R,
     states: &'a mut DeviceOptimizerRecord<B>,
-    cohorts: &'a mut HashMap<ParamId, u64>,
-    next_cohort: &'a mut u64,
+    cohorts: &'a mut Cohorts<ParamId>,
     grads: &'a mut GradientsParams,
     /// The cohorts met in this step.
-    step: Vec<Cohort<B>>,
+    step: StepCohorts<B::Device, Coefficients<B>>,
     applied: Tensor<B, 1, Bool>,
     lr: f64,
-}
-
-impl<R: DeviceRule, B: Backend> Mapper<'_, R, B> {
-    /// The cohort a parameter in `was` on `device` steps with (its index in `step`), its
-    /// coefficients computed from `scalars` the first time the cohort is met in this step.
-    fn cohort(
-        &mut self,
-        was: Option<u64>,
-        device: &B::Device,
-        scalars: Vec<Tensor<B, 1>>,
-    ) -> usize {
-        let found = self
-            .step
-            .iter()
-            // One cohort per device: a cohort's coefficients live on one device, and
-            // `step_multi` may update its parameters on several.
-            .position(|c| c.was == was && c.device == *device);
-        match found {
-            Some(index) => index,
-            None => {
-                let applied = self.applied.clone().to_device(device);
-                let (coefficients, next) =
-                    self.rule
-                        .coefficients(self.lr, &scalars, Some(&applied), device);
-                let becomes = *self.next_cohort;
-                *self.next_cohort += 1;
-                self.step.push(Cohort {
-                    was,
-                    device: device.clone(),
-                    becomes,
-                    coefficients,
-                    next,
-                    skipped: applied.bool_not(),
-                });
-                self.step.len() - 1
-            }
-        }
-    }
 }
 
 impl<R, AB> ModuleMapper<AB> for Mapper<'_, R, AB::InnerBackend>
@@ -376,11 +317,7 @@ where
                     true => state.into_iter().map(|t| t.to_device(&device)).collect(),
                     false => state,
                 };
-                let cohort = self.cohorts.get(&id).copied().unwrap_or_else(|| {
-                    *self.next_cohort += 1;
-                    *self.next_cohort - 1
-                });
-                (state, Some(cohort))
+                (state, Some(self.cohorts.recorded(id)))
             }
             None => (self.rule.init_state(len, &device), None),
         };
@@ -388,8 +325,17 @@ where
         // A rule without one-element state (plain SGD) has no step count to tell parameters
         // apart: they all share one cohort per device, as new parameters do.
         let was = was.filter(|_| !scalars.is_empty());
-        let index = self.cohort(was, &device, scalars);
-        let cohort = &self.step[index];
+        let (rule, lr) = (self.rule, self.lr);
+        let applied = &self.applied;
+        let (becomes, cohort) = self.step.find_or_make(was, &device, self.cohorts, || {
+            let applied = applied.clone().to_device(&device);
+            let (coefficients, next) = rule.coefficients(lr, &scalars, Some(&applied), &device);
+            Coefficients {
+                coefficients,
+                next,
+                skipped: applied.bool_not(),
+            }
+        });
         let grad = grad
             .reshape([len])
             .mask_fill(cohort.skipped.clone().expand([len]), 0.0);
@@ -404,8 +350,7 @@ where
             None => new,
         };
         state.extend(cohort.next.iter().cloned());
-        let becomes = cohort.becomes;
-        self.cohorts.insert(id, becomes);
+        self.cohorts.set(id, becomes);
         self.states.insert(id, state);
         let mut tensor = Tensor::from_inner(param.reshape(shape));
         if require_grad {
