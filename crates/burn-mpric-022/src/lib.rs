@@ -4,7 +4,6 @@
 pub mod audit;
 pub mod autocast;
 mod cast;
-mod check;
 mod data_parallel;
 mod device;
 mod dtype;
@@ -17,6 +16,7 @@ mod overflow;
 mod probe;
 mod scaler;
 mod train;
+mod unscale;
 
 pub use autocast::{
     Autocast, AutocastError, ComputeCast, FullPrecision, KeptBecause, ParamPlan, autocast,

@@ -14,8 +14,8 @@ use burn_mpric_core::scale::{
     StepOutcome,
 };
 
-use crate::check::{CheckKind, Checked, GradCheck, read_checks};
 use crate::error::StepError;
+use crate::unscale::{CheckKind, Checked, GradCheck, read_checks};
 
 /// Loss scaling for Burn 0.22: multiply the loss by `S` before backward, then unscale, check
 /// and (optionally) clip every gradient, and step the optimizer only when all of them are
@@ -740,7 +740,7 @@ pub(crate) fn check_grads<M: Module>(
         grad_norm = Some(reported);
         let coefficient = clip.coefficient(norm);
         if finite && coefficient < 1.0 {
-            crate::check::scale_grads(module, &mut grads, coefficient);
+            crate::unscale::scale_grads(module, &mut grads, coefficient);
         }
     }
     Ok(Checked {

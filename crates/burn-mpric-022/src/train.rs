@@ -46,6 +46,7 @@
 mod device;
 mod handle;
 mod metrics;
+mod on_device;
 mod record;
 mod step;
 

@@ -11,10 +11,10 @@ use burn_mpric_core::scale::{
 use super::optim::DeviceOptimizer;
 use super::rules::DeviceRule;
 use super::scale::{DeviceScale, finite_value};
-use crate::check::{CheckKind, GradCheck};
 use crate::error::StepError;
 use crate::grad_paths::grads_by_path;
 use crate::scaler::{LossScaler, sum_shards};
+use crate::unscale::{CheckKind, GradCheck};
 
 /// Loss scaling with the skip decided on the device (Burn 0.22): the finiteness flag, the
 /// scale and its growth counter stay device tensors, the optimizer's update is kept or

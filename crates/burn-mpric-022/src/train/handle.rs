@@ -10,7 +10,8 @@ use burn::optim::{GradientsParams, ModuleOptimizer, MultiGradientsParams};
 use burn::tensor::{Device, Tensor};
 use burn_mpric_core::scale::{AnyDeviceRule, AwaitingSteps, ScalerStats, StepOutcome};
 
-use super::device::{DevicePathOptimizer, OnDevice};
+use super::device::DevicePathOptimizer;
+use super::on_device::OnDevice;
 use super::record::StepSlot;
 use crate::{
     DataParallel, DeviceLossScaler, DeviceOptimizer, DeviceOptimizerRecord, LossScaler, StepError,
