@@ -21,6 +21,7 @@ mod burn023;
 mod docs;
 mod inference;
 mod layout;
+mod mirror;
 mod mpi;
 mod package;
 mod python;
@@ -75,6 +76,7 @@ fn check() -> Result<(), String> {
         .parent()
         .ok_or("xtask has no parent directory")?;
     layout::check(root)?;
+    mirror::check(root)?;
     docs::check(root)?;
     // The published crates' READMEs name their files and public items.
     let workspace = package::workspace()?;
