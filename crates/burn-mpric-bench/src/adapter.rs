@@ -25,7 +25,7 @@ pub fn unavailable(adapters: usize, vulkan: &Vulkan) -> Option<String> {
 
 /// [`unavailable`] on this machine.
 pub fn wgpu_unavailable() -> Option<String> {
-    let adapters = crate::guarded(adapter_count).unwrap_or(0);
+    let adapters = crate::guard::guarded(adapter_count).unwrap_or(0);
     unavailable(adapters, &Vulkan::probe())
 }
 

@@ -20,6 +20,7 @@ use burn022::nn::{Linear, LinearConfig, Relu};
 use burn022::optim::{AdamConfig, GradientsParams, ModuleOptimizer};
 use burn022::tensor::{Device, FloatDType, Tensor, TensorData};
 
+use crate::guard::guarded;
 use crate::harness::{Budget, Case};
 use crate::memory::MemorySource;
 use crate::run::{Factory, Prepared, Row, Sizes, measure_group, mlp_spec};
@@ -388,4 +389,25 @@ pub fn run(setup: &Setup022, selected: &[Workload]) -> Vec<Row> {
         ));
     }
     rows
+}
+
+/// Creates and reads back a Burn 0.22 tensor: whether the device starts here.
+pub(crate) fn probe022(device: &burn022::tensor::Device) -> Result<(), String> {
+    let device = device.clone();
+    guarded(move || {
+        let _ = burn022::tensor::Tensor::<1>::from_floats([1.0, 2.0], &device).into_data();
+    })
+}
+
+#[cfg(feature = "cuda022")]
+pub(crate) fn cuda022() -> Result<burn022::tensor::Device, String> {
+    let device = burn022::tensor::Device::cuda(0);
+    probe022(&device)
+        .map(|()| device)
+        .map_err(|why| format!("no CUDA device: {why}"))
+}
+
+#[cfg(not(feature = "cuda022"))]
+pub(crate) fn cuda022() -> Result<burn022::tensor::Device, String> {
+    Err("this binary was built without the `cuda022` feature (Burn 0.22's CUDA backend)".into())
 }

@@ -124,6 +124,27 @@ pub fn measure_interleaved(cases: &mut [Box<dyn Case>], budget: Budget) -> Vec<S
     samples
 }
 
+/// How long each group is measured: a quick run, or `--full`.
+pub(crate) fn default_budget(full: bool) -> Budget {
+    if full {
+        Budget {
+            warmup: 5,
+            min_rounds: 10,
+            max_rounds: 200,
+            time_limit: Duration::from_secs(40),
+            min_sample: Duration::from_millis(20),
+        }
+    } else {
+        Budget {
+            warmup: 2,
+            min_rounds: 7,
+            max_rounds: 40,
+            time_limit: Duration::from_secs(8),
+            min_sample: Duration::from_millis(4),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::cell::RefCell;

@@ -11,7 +11,9 @@
 mod adapter;
 mod cost;
 mod edition022;
+mod guard;
 mod harness;
+mod machine;
 mod memory;
 mod optimizer;
 mod profile;
@@ -33,9 +35,12 @@ use clap::{Parser, ValueEnum};
 use cubecl::Runtime;
 
 use crate::edition022::Setup022;
-use crate::harness::Budget;
+use crate::edition022::{cuda022, probe022};
+use crate::guard::guarded;
+use crate::harness::{Budget, default_budget};
+use crate::machine::{cores, load_average, machine};
 use crate::memory::{CountingAlloc, MemorySource};
-use crate::report::{BackendInfo, Machine, Report};
+use crate::report::{BackendInfo, Report};
 use crate::run::{CastRow, Row, Setup, Sizes, run_backend};
 use crate::workloads::{Spec, Workload};
 
@@ -110,26 +115,6 @@ fn budget(args: &Args) -> Budget {
             ..budget
         },
         None => budget,
-    }
-}
-
-fn default_budget(full: bool) -> Budget {
-    if full {
-        Budget {
-            warmup: 5,
-            min_rounds: 10,
-            max_rounds: 200,
-            time_limit: Duration::from_secs(40),
-            min_sample: Duration::from_millis(20),
-        }
-    } else {
-        Budget {
-            warmup: 2,
-            min_rounds: 7,
-            max_rounds: 40,
-            time_limit: Duration::from_secs(8),
-            min_sample: Duration::from_millis(4),
-        }
     }
 }
 
@@ -214,36 +199,6 @@ fn gpu_sizes(full: bool) -> Sizes {
     }
 }
 
-/// Runs `f`, turning a panic (a backend without a device) into its message. A backend that
-/// starts its device in a worker thread panics there first and the caller sees only a closed
-/// channel: the first panic of any thread is the message then.
-fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
-    let first = Arc::new(std::sync::Mutex::new(None::<String>));
-    let hook = std::panic::take_hook();
-    {
-        let first = Arc::clone(&first);
-        std::panic::set_hook(Box::new(move |info| {
-            if let Ok(mut first) = first.lock() {
-                first.get_or_insert_with(|| panic_text(info.payload()));
-            }
-        }));
-    }
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-    std::panic::set_hook(hook);
-    result.map_err(|payload| {
-        let first = first.lock().ok().and_then(|mut first| first.take());
-        first.unwrap_or_else(|| panic_text(payload.as_ref()))
-    })
-}
-
-fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "the backend panicked while creating a tensor".into())
-}
-
 /// Creates and reads back a tensor: whether the backend has a device here.
 fn probe<B: Backend>(device: &B::Device) -> Result<String, String> {
     let device = device.clone();
@@ -264,13 +219,6 @@ fn cubecl_memory<R: Runtime>(device: R::Device) -> MemorySource {
             .map(|usage| usage.bytes_in_use)
             .map_err(|e| format!("cubecl memory_usage failed: {e:?}"))
     }))
-}
-
-/// The logical cores available to the process.
-fn cores() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
 }
 
 /// A positive thread count from the environment variable `var`.
@@ -443,27 +391,6 @@ fn gpu022(args: &Args, name: &'static str, device: burn022::tensor::Device) -> S
     }
 }
 
-/// Creates and reads back a Burn 0.22 tensor: whether the device starts here.
-fn probe022(device: &burn022::tensor::Device) -> Result<(), String> {
-    let device = device.clone();
-    guarded(move || {
-        let _ = burn022::tensor::Tensor::<1>::from_floats([1.0, 2.0], &device).into_data();
-    })
-}
-
-#[cfg(feature = "cuda022")]
-fn cuda022() -> Result<burn022::tensor::Device, String> {
-    let device = burn022::tensor::Device::cuda(0);
-    probe022(&device)
-        .map(|()| device)
-        .map_err(|why| format!("no CUDA device: {why}"))
-}
-
-#[cfg(not(feature = "cuda022"))]
-fn cuda022() -> Result<burn022::tensor::Device, String> {
-    Err("this binary was built without the `cuda022` feature (Burn 0.22's CUDA backend)".into())
-}
-
 fn skipped(out: &mut Collected, name: &str, why: String) {
     eprintln!("[{name}] skipped: {why}");
     out.backends.push(BackendInfo {
@@ -505,39 +432,6 @@ fn run_cuda(_args: &Args, _workloads: &[Workload], out: &mut Collected) {
         "cuda",
         "this binary was built without the `cuda` feature".into(),
     );
-}
-
-fn first_line_of(path: &str, key: &str) -> Option<String> {
-    let text = std::fs::read_to_string(path).ok()?;
-    text.lines().find(|l| l.starts_with(key)).and_then(|l| {
-        l.split_once([':', '='])
-            .map(|(_, v)| v.trim().trim_matches('"').to_string())
-    })
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().map(str::to_string))
-        .unwrap_or_else(|| "unknown".into())
-}
-
-fn machine(load_at_start: String) -> Machine {
-    let memory = first_line_of("/proc/meminfo", "MemTotal")
-        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        .map(|kib| report::bytes(kib * 1024))
-        .unwrap_or_else(|| "unknown".into());
-    // The driver manifests the Vulkan loader would read (the preflight's search).
-    let vulkan_icds = burn_mpric_preflight::Vulkan::probe().driver_names();
-    Machine {
-        cpu: first_line_of("/proc/cpuinfo", "model name").unwrap_or_else(|| "unknown".into()),
-        cores: cores(),
-        memory,
-        os: first_line_of("/etc/os-release", "PRETTY_NAME")
-            .unwrap_or_else(|| std::env::consts::OS.into()),
-        vulkan_icds,
-        load_average: format!("{load_at_start} -> {}", load_average()),
-    }
 }
 
 /// `YYYY-MM-DD HH:MM` (UTC) of a Unix time.

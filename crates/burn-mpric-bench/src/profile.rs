@@ -303,7 +303,7 @@ mod tests {
                 transformer: transformer.clone(),
                 transformer_activations: transformer,
             },
-            budget: crate::default_budget(false),
+            budget: crate::harness::default_budget(false),
         }
     }
 

@@ -150,7 +150,7 @@ fn run_child(
 pub fn child(backend: &str, variant: &str, spec: &Spec) -> ExitCode {
     let device = match backend {
         "wgpu" => Device::wgpu(burn022::tensor::DeviceKind::DefaultDevice),
-        "cuda" => match crate::cuda022() {
+        "cuda" => match crate::edition022::cuda022() {
             Ok(device) => device,
             Err(why) => {
                 println!("{why}");

@@ -45,6 +45,12 @@ use crate::report::{self, BackendInfo, Machine, Target, Verdict};
 use crate::run::{Setup, mlp_spec, paired_ratio};
 use crate::workloads::{Mlp, Scaling, Spec, Workload, deterministic, tensor};
 
+mod rows021;
+mod rows022;
+
+use rows021::factory021;
+use rows022::factory022;
+
 /// The learning rate of every mode (the bench's training workloads use it too).
 const LR: f64 = 1e-3;
 
@@ -126,310 +132,6 @@ pub(crate) struct Reading {
 
 /// Builds a mode's case; calls its argument once the batch is made, before the model is.
 type OptimFactory = Box<dyn Fn(&mut dyn FnMut()) -> Box<dyn OptimCase>>;
-
-/// A model of the Burn 0.21 rows and its prediction at rank `D`.
-trait Net<B: AutodiffBackend, const D: usize>: AutodiffModule<B> + 'static {
-    fn predict(&self, x: Tensor<B, D>) -> Tensor<B, D>;
-}
-
-impl<B: AutodiffBackend> Net<B, 2> for Mlp<B> {
-    fn predict(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        self.forward(x)
-    }
-}
-
-impl<B: AutodiffBackend> Net<B, 3> for TransformerEncoder<B> {
-    fn predict(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        self.forward(TransformerEncoderInput::new(x))
-    }
-}
-
-fn scalar<B: Backend>(t: Tensor<B, 1>) -> f32 {
-    t.cast(FloatDType::F32)
-        .into_data()
-        .to_vec::<f32>()
-        .expect("f32 data")[0]
-}
-
-/// A Burn 0.21 training step under an optimizer `O`: the batch loaded from host data at every
-/// step, the prediction cast to f32, MSE loss.
-struct Train021<B: AutodiffBackend, M, O, const D: usize> {
-    model: Option<M>,
-    optim: O,
-    x: TensorData,
-    y: Tensor<B, D>,
-    device: B::Device,
-}
-
-impl<B, M, O, const D: usize> Train021<B, M, O, D>
-where
-    B: AutodiffBackend,
-    M: Net<B, D>,
-    O: Optimizer<M, B>,
-{
-    fn loss(&self, model: &M) -> Tensor<B, 1> {
-        let x = Tensor::<B, D>::from_data(self.x.clone(), &self.device);
-        let pred = model.predict(x).cast(FloatDType::F32);
-        MseLoss::new().forward(pred, self.y.clone(), Reduction::Mean)
-    }
-
-    /// The gradients of one forward and backward; the loss and the graph are gone on return.
-    fn grads(&self, model: &M) -> GradientsParams {
-        GradientsParams::from_grads(self.loss(model).backward(), model)
-    }
-
-    fn sync(&self) {
-        B::sync(&self.device).expect("device sync");
-    }
-}
-
-impl<B, M, O, const D: usize> Case for Train021<B, M, O, D>
-where
-    B: AutodiffBackend,
-    M: Net<B, D>,
-    O: Optimizer<M, B> + 'static,
-{
-    fn step(&mut self) {
-        let model = self.model.take().expect("model");
-        let grads = self.grads(&model);
-        self.model = Some(self.optim.step(LR, model, grads));
-        self.sync();
-    }
-
-    fn output(&mut self) -> Vec<f32> {
-        vec![scalar(self.loss(self.model.as_ref().expect("model")))]
-    }
-}
-
-impl<B, M, O, const D: usize> OptimCase for Train021<B, M, O, D>
-where
-    B: AutodiffBackend,
-    M: Net<B, D>,
-    O: Optimizer<M, B> + 'static,
-{
-    fn params(&self) -> usize {
-        self.model.as_ref().expect("model").num_params()
-    }
-
-    fn tensors(&self) -> usize {
-        struct Count(usize);
-        impl<B: Backend> ModuleVisitor<B> for Count {
-            fn visit_float<const D: usize>(&mut self, _: &Param<Tensor<B, D>>) {
-                self.0 += 1;
-            }
-        }
-        let mut count = Count(0);
-        self.model.as_ref().expect("model").visit(&mut count);
-        count.0
-    }
-
-    fn measured_step(&mut self, level: &dyn Fn() -> Result<u64, String>) -> Reading {
-        let model = self.model.take().expect("model");
-        let grads = self.grads(&model);
-        self.sync();
-        let with_grads = level();
-        let started = Instant::now();
-        let model = self.optim.step(LR, model, grads);
-        self.sync();
-        let optimizer_ms = started.elapsed().as_secs_f64() * 1e3;
-        let without_grads = level();
-        self.model = Some(model);
-        Reading {
-            with_grads,
-            without_grads,
-            optimizer_ms,
-        }
-    }
-}
-
-/// The Burn 0.21 case of `model` under `precision` (`None`: Burn's Adam).
-fn train021<B, M, const D: usize>(
-    model: M,
-    x: TensorData,
-    y: Tensor<B, D>,
-    precision: Option<OptimizerPrecision>,
-    device: &B::Device,
-) -> Box<dyn OptimCase>
-where
-    B: AutodiffBackend,
-    M: Net<B, D>,
-{
-    let device = device.clone();
-    match precision {
-        None => Box::new(Train021 {
-            model: Some(model),
-            optim: AdamConfig::new().init::<B, M>(),
-            x,
-            y,
-            device,
-        }),
-        Some(precision) => {
-            let lp =
-                LowPrecisionOptimizer::new(burn_mpric_scale::DeviceAdamConfig::new(), precision)
-                    .expect("Adam keeps state");
-            Box::new(Train021 {
-                model: Some(lp.store_params(model)),
-                optim: lp.init::<B, M>(),
-                x,
-                y,
-                device,
-            })
-        }
-    }
-}
-
-type Mp<I> = Autodiff<MixedPrecision<I>>;
-
-/// The Burn 0.21 factory of `spec` under `precision`, on the decorator's device: the same
-/// deterministic parameters and batches (seeds) as the bench's `mlp_step` and
-/// `transformer_block_step`.
-fn factory021<I: Backend>(
-    device: &MpDevice<I>,
-    spec: &Spec,
-    precision: Option<OptimizerPrecision>,
-) -> OptimFactory {
-    let (device, spec) = (device.clone(), spec.clone());
-    Box::new(move |made_batch| match &spec {
-        Spec::Mlp { batch, dims, .. } => {
-            let last = *dims.last().expect("dims");
-            let x = tensor::<Mp<I>, 2>([*batch, dims[0]], 4, 1.0, &device).into_data();
-            let y = tensor::<Mp<I>, 2>([*batch, last], 5, 1.0, &device);
-            Mp::<I>::sync(&device).expect("device sync");
-            made_batch();
-            let model = deterministic(Mlp::<Mp<I>>::new(dims, &device), &device, 20);
-            train021(model, x, y, precision, &device)
-        }
-        Spec::Transformer {
-            batch,
-            seq,
-            d_model,
-            heads,
-            d_ff,
-            layers,
-        } => {
-            let shape = [*batch, *seq, *d_model];
-            let x = tensor::<Mp<I>, 3>(shape, 6, 1.0, &device).into_data();
-            let y = tensor::<Mp<I>, 3>(shape, 7, 1.0, &device);
-            Mp::<I>::sync(&device).expect("device sync");
-            made_batch();
-            let model = TransformerEncoderConfig::new(*d_model, *d_ff, *heads, *layers)
-                .with_dropout(0.0)
-                .init::<Mp<I>>(&device);
-            let model = deterministic(model, &device, 30);
-            train021(model, x, y, precision, &device)
-        }
-        Spec::Matmul { .. } | Spec::Conv2d { .. } => unreachable!("training workloads only"),
-    })
-}
-
-/// A Burn 0.22 training step: the model autocast at `mixed_bf16`, the batch cast for compute,
-/// the loss at f32, a `ModuleOptimizer` (Burn's Adam or the wrapper's).
-struct Train022 {
-    model: Option<Model>,
-    optim: burn022::optim::ModuleOptimizer,
-    x: burn022::tensor::TensorData,
-    y: burn022::tensor::Tensor<3>,
-    policy: ResolvedPolicy,
-    device: burn022::tensor::Device,
-}
-
-impl Train022 {
-    fn loss(&self, model: &Model) -> burn022::tensor::Tensor<1> {
-        use burn_mpric_022::{cast_for_compute, cast_for_output};
-        let x = burn022::tensor::Tensor::<3>::from_data(self.x.clone(), &self.device);
-        let out = cast_for_output(
-            model.forward(cast_for_compute(x, &self.policy)),
-            &self.policy,
-        );
-        burn022::nn::loss::MseLoss::new().forward(
-            out,
-            self.y.clone(),
-            burn022::nn::loss::Reduction::Mean,
-        )
-    }
-
-    fn sync(&self) {
-        self.device.sync().expect("device sync");
-    }
-}
-
-impl Case for Train022 {
-    fn step(&mut self) {
-        let model = self.model.take().expect("model");
-        let grads = model.grads(&self.loss(&model));
-        self.model = Some(model.apply(&mut self.optim, LR, grads));
-        self.sync();
-    }
-
-    fn output(&mut self) -> Vec<f32> {
-        edition022::to_f32(self.loss(self.model.as_ref().expect("model")))
-    }
-}
-
-impl OptimCase for Train022 {
-    fn params(&self) -> usize {
-        self.model.as_ref().expect("model").num_params()
-    }
-
-    fn tensors(&self) -> usize {
-        self.model.as_ref().expect("model").num_tensors()
-    }
-
-    fn measured_step(&mut self, level: &dyn Fn() -> Result<u64, String>) -> Reading {
-        let model = self.model.take().expect("model");
-        let grads = model.grads(&self.loss(&model));
-        self.sync();
-        let with_grads = level();
-        let started = Instant::now();
-        let model = model.apply(&mut self.optim, LR, grads);
-        self.sync();
-        let optimizer_ms = started.elapsed().as_secs_f64() * 1e3;
-        let without_grads = level();
-        self.model = Some(model);
-        Reading {
-            with_grads,
-            without_grads,
-            optimizer_ms,
-        }
-    }
-}
-
-/// The Burn 0.22 factory of `spec` under `precision`, autocast at `policy`: the same
-/// deterministic parameters and batches as the bench's 0.22 rows.
-fn factory022(
-    device: &burn022::tensor::Device,
-    policy: ResolvedPolicy,
-    spec: &Spec,
-    precision: Option<OptimizerPrecision>,
-) -> OptimFactory {
-    let (device, spec) = (device.clone(), spec.clone());
-    Box::new(move |made_batch| {
-        let (x, y) = edition022::batch(&spec, &device);
-        device.sync().expect("device sync");
-        made_batch();
-        let model = edition022::model(&spec, &device).autocast(policy);
-        let (model, optim) = match precision {
-            None => (model, burn022::optim::AdamConfig::new().init()),
-            Some(precision) => {
-                let lp = burn_mpric_022::optim::LowPrecisionOptimizer::new(
-                    burn_mpric_core::scale::DeviceAdamConfig::new(),
-                    precision,
-                )
-                .expect("Adam keeps state");
-                // After autocast, which stores parameters at the policy's f32.
-                (model.store_params(&lp), lp.init())
-            }
-        };
-        Box::new(Train022 {
-            model: Some(model),
-            optim,
-            x,
-            y,
-            policy,
-            device: device.clone(),
-        }) as Box<dyn OptimCase>
-    })
-}
 
 /// Bytes per parameter read from the memory levels.
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -1175,7 +877,7 @@ mod tests {
         use burn::optim::adaptor::OptimizerAdaptor;
         use burn::optim::record::{AdaptorRecord, AdaptorRecordV1};
 
-        type B = Mp<burn::backend::Flex>;
+        type B = rows021::Mp<burn::backend::Flex>;
         let policy: Policy = POLICY_021.parse().unwrap();
         let device = MixedPrecision::<burn::backend::Flex>::device(Default::default(), policy)
             .expect("Flex runs bf16");
@@ -1235,7 +937,7 @@ mod tests {
             mode: "test".into(),
             started: "-".into(),
             wall_s: 0.0,
-            machine: crate::machine("-".into()),
+            machine: crate::machine::machine("-".into()),
             backends: Vec::new(),
             runs: runs.to_vec(),
             targets,
