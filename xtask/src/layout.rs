@@ -206,6 +206,70 @@ fn resolve(
 /// The module import graph of the crate at `dir`: module -> modules it imports, leaving out
 /// a module's imports of its own ancestors and descendants.
 pub fn module_graph(dir: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let sources = crate_sources(dir);
+    let reexports = module_reexports(&sources);
+    let related = |a: &str, b: &str| {
+        a == b || a.starts_with(&format!("{b}::")) || b.starts_with(&format!("{a}::"))
+    };
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (module, code) in &sources {
+        let edges = graph.entry(module.clone()).or_default();
+        for path in absolute_paths(module, code) {
+            if let Some(target) = resolve(path, &sources, &reexports)
+                && !target.is_empty()
+                && !related(module, &target)
+            {
+                edges.insert(target);
+            }
+        }
+    }
+    graph
+}
+
+/// The `crate::` paths of `module`'s `code`, and its `super::` paths as the absolute paths
+/// they name.
+fn absolute_paths(module: &str, code: &str) -> Vec<Vec<String>> {
+    let supers = paths_after(code, "super::").into_iter().map(|path| {
+        let mut base = parent(module);
+        let mut path = path.as_slice();
+        while let Some(("super", rest)) = path.split_first().map(|(h, r)| (h.as_str(), r)) {
+            base = parent(base);
+            path = rest;
+        }
+        base.split("::")
+            .filter(|p| !p.is_empty())
+            .map(String::from)
+            .chain(path.iter().cloned())
+            .collect::<Vec<_>>()
+    });
+    crate_paths(code).into_iter().chain(supers).collect()
+}
+
+/// The modules of a binary crate (a `main.rs`, no `lib.rs`) that use an item of `main.rs`:
+/// the command line uses the modules, never the other way round.
+pub fn uses_of_main(dir: &Path) -> Vec<String> {
+    let src = dir.join("src");
+    if !src.join("main.rs").exists() || src.join("lib.rs").exists() {
+        return Vec::new();
+    }
+    let sources = crate_sources(dir);
+    let reexports = module_reexports(&sources);
+    let mut found = Vec::new();
+    for (module, code) in sources.iter().filter(|(m, _)| !m.is_empty()) {
+        for path in absolute_paths(module, code) {
+            if path.is_empty() || resolve(path.clone(), &sources, &reexports).as_deref() != Some("")
+            {
+                continue;
+            }
+            found.push(format!("{module} uses main.rs's {}", path.join("::")));
+        }
+    }
+    found
+}
+
+/// Each module's code (comments and test-only modules left out), by module path (`""` the
+/// crate root).
+fn crate_sources(dir: &Path) -> BTreeMap<String, String> {
     let src = dir.join("src");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
@@ -235,46 +299,14 @@ pub fn module_graph(dir: &Path) -> BTreeMap<String, BTreeSet<String>> {
                 .collect::<Vec<_>>()
         })
         .collect();
-    let sources: BTreeMap<String, String> = raw
-        .into_iter()
+    raw.into_iter()
         .filter(|(module, _)| {
             !test_only
                 .iter()
                 .any(|t| module == t || module.starts_with(&format!("{t}::")))
         })
         .map(|(module, source)| (module, code_of(&source)))
-        .collect();
-    let reexports = module_reexports(&sources);
-    let related = |a: &str, b: &str| {
-        a == b || a.starts_with(&format!("{b}::")) || b.starts_with(&format!("{a}::"))
-    };
-    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for (module, code) in &sources {
-        let edges = graph.entry(module.clone()).or_default();
-        // `super::x` as the absolute path it names, beside the `crate::` paths.
-        let supers = paths_after(code, "super::").into_iter().map(|path| {
-            let mut base = parent(module);
-            let mut path = path.as_slice();
-            while let Some(("super", rest)) = path.split_first().map(|(h, r)| (h.as_str(), r)) {
-                base = parent(base);
-                path = rest;
-            }
-            base.split("::")
-                .filter(|p| !p.is_empty())
-                .map(String::from)
-                .chain(path.iter().cloned())
-                .collect::<Vec<_>>()
-        });
-        for path in crate_paths(code).into_iter().chain(supers) {
-            if let Some(target) = resolve(path, &sources, &reexports)
-                && !target.is_empty()
-                && !related(module, &target)
-            {
-                edges.insert(target);
-            }
-        }
-    }
-    graph
+        .collect()
 }
 
 /// The graph between top-level modules (`run::train -> checkpoint` is `run -> checkpoint`).
@@ -387,6 +419,9 @@ fn core_problems(core: &Path) -> Result<Vec<String>, String> {
 pub fn check(root: &Path) -> Result<(), String> {
     let mut problems = Vec::new();
     for krate in CRATES {
+        for used in uses_of_main(&root.join(krate)) {
+            problems.push(format!("{krate}: {used}"));
+        }
         let graph = module_graph(&root.join(krate));
         if let Some(circle) = find_circle(&graph) {
             problems.push(format!(
@@ -519,6 +554,52 @@ mod tests {
         let graph = module_graph(&dir);
         assert_eq!(find_circle(&graph), None);
         assert_eq!(graph["scale::probe"].len(), 2, "{graph:?}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A binary's modules use each other, never an item of `main.rs`; a library's may use its
+    /// root.
+    #[test]
+    fn a_module_that_uses_main_rs_is_reported() {
+        let dir = std::env::temp_dir().join(format!("xtask-main-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("src")).unwrap();
+        let write = |file: &str, text: &str| fs::write(dir.join("src").join(file), text).unwrap();
+        write(
+            "main.rs",
+            "mod a;
+mod b;
+fn helper() {}
+fn main() { a::f() }
+",
+        );
+        write(
+            "a.rs",
+            "pub fn f() { crate::helper(); crate::b::g() }
+",
+        );
+        write(
+            "b.rs",
+            "pub fn g() { super::a::f() }
+",
+        );
+        assert_eq!(
+            uses_of_main(&dir),
+            vec!["a uses main.rs's helper".to_string()]
+        );
+        write(
+            "a.rs",
+            "pub fn f() { crate::b::g() }
+",
+        );
+        assert_eq!(uses_of_main(&dir), Vec::<String>::new());
+        fs::rename(dir.join("src/main.rs"), dir.join("src/lib.rs")).unwrap();
+        write(
+            "a.rs",
+            "pub fn f() { crate::helper() }
+",
+        );
+        assert_eq!(uses_of_main(&dir), Vec::<String>::new());
         fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -1,8 +1,8 @@
 //! Burn 0.22's one-dimensional tensors as burn-mpric-core's [`Lane`]s: what the update rules
-//! written once in the core ([`LaneRule`](burn_mpric_core::scale::LaneRule)) run on here.
+//! written once in the core ([`LaneRule`](burn_mpric_core::optim::LaneRule)) run on here.
 
 use burn::tensor::{Bool, Device, FloatDType, Tensor};
-use burn_mpric_core::scale::Lane;
+use burn_mpric_core::optim::Lane;
 
 use super::scale::f32_value;
 

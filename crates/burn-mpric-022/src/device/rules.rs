@@ -8,10 +8,8 @@
 //! low-precision optimizers) is made of them.
 
 use burn::tensor::{Bool, Device, Tensor};
-use burn_mpric_core::optim::StateSlots;
-use burn_mpric_core::scale::{
-    AnyDeviceRule, DeviceAdamConfig, DeviceAdamWConfig, DeviceSgdConfig, LaneRule,
-};
+use burn_mpric_core::optim::{LaneRule, StateSlots};
+use burn_mpric_core::scale::{AnyDeviceRule, DeviceAdamConfig, DeviceAdamWConfig, DeviceSgdConfig};
 
 use super::lane::Burn022;
 

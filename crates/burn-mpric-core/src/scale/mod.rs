@@ -27,8 +27,6 @@ mod device;
 mod device_optim;
 mod dynamic;
 mod invalid;
-mod lane;
-mod lane_rules;
 mod limits;
 mod loss_scale;
 mod noop;
@@ -50,8 +48,6 @@ pub use device::{DeviceScaleRule, DeviceScaleState, DeviceStepRead, MAX_PENDING_
 pub use device_optim::{AnyDeviceRule, DeviceAdamConfig, DeviceAdamWConfig, DeviceSgdConfig};
 pub use dynamic::DynamicLossScale;
 pub use invalid::LossScaleError;
-pub use lane::Lane;
-pub use lane_rules::LaneRule;
 pub use limits::{DEFAULT_MAX_CONSECUTIVE_SKIPS, MIN_SCALE};
 pub use loss_scale::LossScale;
 pub use noop::NoOpLossScale;

@@ -1,9 +1,9 @@
 //! Burn 0.21's one-dimensional tensors as burn-mpric-core's [`Lane`]s: what the update rules
-//! written once in the core ([`LaneRule`](burn_mpric_core::scale::LaneRule)) run on here.
+//! written once in the core ([`LaneRule`](burn_mpric_core::optim::LaneRule)) run on here.
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, FloatDType, Tensor};
-use burn_mpric_core::scale::Lane;
+use burn_mpric_core::optim::Lane;
 
 use super::scale::f32_value;
 

@@ -9,10 +9,8 @@
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Tensor};
-use burn_mpric_core::optim::StateSlots;
-use burn_mpric_core::scale::{
-    AnyDeviceRule, DeviceAdamConfig, DeviceAdamWConfig, DeviceSgdConfig, LaneRule,
-};
+use burn_mpric_core::optim::{LaneRule, StateSlots};
+use burn_mpric_core::scale::{AnyDeviceRule, DeviceAdamConfig, DeviceAdamWConfig, DeviceSgdConfig};
 
 use super::lane::Burn021;
 

@@ -3,15 +3,16 @@
 //! values, the skip folded in) and `lane_apply` (one parameter's elementwise update). Both
 //! editions' `DeviceRule`s are these, on their own tensors.
 
-use super::device_optim::{AnyDeviceRule, DeviceAdamConfig, DeviceAdamWConfig, DeviceSgdConfig};
 use super::lane::Lane;
-use crate::optim::StateSlots;
+use super::slots::StateSlots;
+use crate::scale::{AnyDeviceRule, DeviceAdamConfig, DeviceAdamWConfig, DeviceSgdConfig};
 
 /// An update rule over any edition's [`Lane`]s (`E` names the edition). Each edition's
 /// `DeviceRule` is this on its own tensors: the same arithmetic, op for op.
 ///
 /// ```
-/// use burn_mpric_core::scale::{DeviceSgdConfig, Lane, LaneRule};
+/// use burn_mpric_core::optim::{Lane, LaneRule};
+/// use burn_mpric_core::scale::DeviceSgdConfig;
 ///
 /// // f64 values as one-element "tensors": the arithmetic, checked on the host.
 /// # #[derive(Clone, Debug, PartialEq)] struct V(f64);

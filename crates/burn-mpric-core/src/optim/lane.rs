@@ -6,7 +6,7 @@
 /// the update rules are made of. Each method is the Burn method of the same name.
 ///
 /// ```
-/// use burn_mpric_core::scale::Lane;
+/// use burn_mpric_core::optim::Lane;
 ///
 /// // A host value as a lane: what an edition's tensor does, element by element.
 /// #[derive(Clone, Debug, PartialEq)]
