@@ -1,6 +1,7 @@
 //! The `[dataset]` table: a bundled dataset by `name`, or the user's own data by `kind` and
 //! `path` (a CSV file, a UTF-8 text, a folder of images).
 
+use crate::recipe::help::{Help, help, one_of};
 use std::fmt;
 use std::path::PathBuf;
 
@@ -502,4 +503,61 @@ impl DatasetConfig {
             .map(|((field, _), _)| *field)
             .collect()
     }
+}
+
+/// What each field of `[dataset]` accepts and a line that sets it, by its path below the table
+/// (`""`: the table).
+pub(super) fn field_help(field: &str) -> Option<Help> {
+    Some(match field {
+        "" => help(
+            "a [dataset] table with `name` (a bundled dataset) or `kind` and `path` (your data)",
+            "name = \"iris\" under [dataset]",
+        ),
+        "name" => help(
+            one_of(&["iris", "winequality", "diabetes", "tiny_text"]),
+            "name = \"iris\" under [dataset]",
+        ),
+        "kind" => help(
+            one_of(&["csv", "text", "image_folder"]),
+            "kind = \"csv\" under [dataset]",
+        ),
+        "path" => help(
+            "a file or folder path in quotes",
+            "path = \"data/wine.csv\" under [dataset]",
+        ),
+        "target" => help(
+            "the target column's name in quotes",
+            "target = \"quality\" under [dataset]",
+        ),
+        "task" => help(
+            one_of(&["classification", "regression"]),
+            "task = \"classification\" under [dataset]",
+        ),
+        "header" => help("`true` or `false`", "header = true under [dataset]"),
+        "delimiter" => help(
+            "one character in quotes",
+            "delimiter = \";\" under [dataset]",
+        ),
+        "ignore" => help(
+            "an array of column names in quotes",
+            "ignore = [\"id\"] under [dataset]",
+        ),
+        "ignore[]" => help(
+            "a column name in quotes",
+            "ignore = [\"id\"] under [dataset]",
+        ),
+        "image_size" => help(
+            "a whole number of pixels from 1 to 512",
+            "image_size = 32 under [dataset]",
+        ),
+        "channels" => help(
+            one_of(&["rgb", "gray"]),
+            "channels = \"gray\" under [dataset]",
+        ),
+        "eval_fraction" => help(
+            "a number between 0 and 0.9",
+            "eval_fraction = 0.2 under [dataset]",
+        ),
+        _ => return None,
+    })
 }

@@ -1,5 +1,6 @@
 //! The recipe's `loss_scale` field: a preset name or a table of [`LossScaleConfig`] fields.
 
+use crate::recipe::help::{Help, help, one_of};
 use std::fmt;
 
 use burn_mpric::ResolvedPolicy;
@@ -319,4 +320,49 @@ impl<'de> Deserialize<'de> for LossScaleSpec {
 
         deserializer.deserialize_any(SpecVisitor)
     }
+}
+
+/// What each field of `[loss_scale]` (or `loss_scale = "..."`) accepts and a line that sets
+/// it, by its path below the table (`""`: the field itself).
+pub(super) fn field_help(field: &str) -> Option<Help> {
+    Some(match field {
+        "" => help(
+            format!(
+                "a preset name in quotes ({}), or a table of loss-scale fields",
+                LossScalePreset::names()
+            ),
+            "loss_scale = \"dynamic\"",
+        ),
+        "preset" => help(
+            format!("one of {}", LossScalePreset::dynamic_names()),
+            "preset = \"torch\" under [loss_scale]",
+        ),
+        "initial_scale" => help(
+            "a number above 0",
+            "initial_scale = 32768.0 under [loss_scale]",
+        ),
+        "growth_interval" => help(
+            "a whole number from 1 to 4294967295",
+            "growth_interval = 2000 under [loss_scale]",
+        ),
+        "growth_factor" => help("a number above 1", "growth_factor = 2.0 under [loss_scale]"),
+        "backoff_factor" => help(
+            "a number between 0 and 1",
+            "backoff_factor = 0.5 under [loss_scale]",
+        ),
+        "min_scale" => help("a number above 0", "min_scale = 1.0 under [loss_scale]"),
+        "max_scale" => help(
+            "a number above 0",
+            "max_scale = 16777216.0 under [loss_scale]",
+        ),
+        "hysteresis" => help(
+            "a whole number from 1 to 4294967295",
+            "hysteresis = 2 under [loss_scale]",
+        ),
+        "rule" => help(
+            one_of(&UpdateRule::NAMED.map(|(_, name)| name)),
+            "rule = \"deepspeed\" under [loss_scale]",
+        ),
+        _ => return None,
+    })
 }

@@ -28,6 +28,7 @@
 mod dataset;
 pub(crate) mod document;
 mod errors;
+mod help;
 pub mod loss_scale;
 mod model;
 mod optimizer;
@@ -51,6 +52,7 @@ use serde_json::Value;
 use crate::error::{Error, RecipeError};
 use crate::recipe::loss_scale::LossScaleSpec;
 use crate::recipe::overrides::apply_overrides;
+use help::{Help, WHOLE_ABOVE_0, help, one_of};
 
 /// A training recipe, as written in the file (after `--set` overrides).
 ///
@@ -938,4 +940,84 @@ fn tagged_table_error(
         ("optimizer", "sgd") => settings::<SgdSettings>(&table, kind, fields),
         _ => None,
     }
+}
+
+/// What each top-level field, `[ops]` entry (`ops.*`), `[backend]` and `[schedule]` field
+/// accepts and a line that sets it, by its dotted path (`""`: the recipe itself).
+pub(super) fn field_help(field: &str) -> Option<Help> {
+    Some(match field {
+        "" => help(
+            "a recipe: top-level fields (batch_size, steps, output, ...) and the tables [model], [dataset], [optimizer]",
+            "batch_size = 32",
+        ),
+        "seed" => help("a whole number, 0 or more", "seed = 0"),
+        "batch_size" => help(
+            format!("{WHOLE_ABOVE_0} (examples per step)"),
+            "batch_size = 32",
+        ),
+        "steps" => help(WHOLE_ABOVE_0, "steps = 300"),
+        "epochs" => help(WHOLE_ABOVE_0, "epochs = 10"),
+        "output" => help("a folder path in quotes", "output = \"runs/quickstart\""),
+        "checkpoint_every" => help(
+            format!("{WHOLE_ABOVE_0} (steps between checkpoints)"),
+            "checkpoint_every = 100",
+        ),
+        "clip_grad_norm" => help("a number above 0", "clip_grad_norm = 1.0"),
+        "sync_every" => help(
+            format!("{WHOLE_ABOVE_0} (steps between reads of the device-decided steps)"),
+            "sync_every = 10",
+        ),
+        "max_consecutive_skips" => help(WHOLE_ABOVE_0, "max_consecutive_skips = 50"),
+        "strategy" => help(one_of(&["multi_device", "ddp"]), "strategy = \"ddp\""),
+        "policy" => help(
+            "a policy name in quotes (`f32`, `mixed_f16`, `mixed_bf16`, ...) or `p=<dtype>,c=<dtype>,o=<dtype>`",
+            "policy = \"mixed_bf16\"",
+        ),
+        "softmax" => help(one_of(&["half", "stored", "full"]), "softmax = \"stored\""),
+        "ops" => help(
+            "a table of op names, each set to `compute`, `full` or `promote`",
+            "linear = \"full\" under [ops]",
+        ),
+        "ops.*" => help(
+            one_of(&["compute", "full", "promote"]),
+            "linear = \"full\" under [ops]",
+        ),
+        "backend" => help(
+            "a [backend] table with `name` and `device` or `devices`",
+            "name = \"flex\" under [backend]",
+        ),
+        "backend.name" => help(
+            one_of(&["flex", "ndarray", "wgpu", "cuda"]),
+            "name = \"wgpu\" under [backend]",
+        ),
+        "backend.device" => help(
+            "a device index, a whole number, 0 or more",
+            "device = 0 under [backend]",
+        ),
+        "backend.devices" => help(
+            "an array of device indices, whole numbers, 0 or more",
+            "devices = [0, 1] under [backend]",
+        ),
+        "backend.devices[]" => help(
+            "a device index, a whole number, 0 or more",
+            "devices = [0, 1] under [backend]",
+        ),
+        "schedule" => help(
+            "a [schedule] table with `kind`, `warmup_steps` and `min_lr`",
+            "kind = \"cosine\" under [schedule]",
+        ),
+        "schedule.kind" => help(
+            one_of(&["constant", "cosine"]),
+            "kind = \"cosine\" under [schedule]",
+        ),
+        "schedule.warmup_steps" => help(
+            "a whole number of steps, 0 or more",
+            "warmup_steps = 10 under [schedule]",
+        ),
+        "schedule.min_lr" => help(
+            "a number, 0 or more, at most optimizer.lr",
+            "min_lr = 0.0001 under [schedule]",
+        ),
+        _ => return None,
+    })
 }

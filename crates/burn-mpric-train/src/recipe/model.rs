@@ -1,5 +1,6 @@
 //! The recipe's `[model]` table: [`ModelConfig`], tagged by `kind`.
 
+use crate::recipe::help::{Help, help, one_of};
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -266,4 +267,54 @@ impl fmt::Display for ModelConfig {
             ),
         }
     }
+}
+
+/// What each field of `[model]` accepts and a line that sets it, by its path below the table
+/// (`""`: the table; `hidden[]`: an entry of `hidden`).
+pub(super) fn field_help(field: &str) -> Option<Help> {
+    Some(match field {
+        "" => help(
+            format!(
+                "a [model] table with `kind` ({}) and the model's sizes",
+                one_of(&ModelConfig::KINDS)
+            ),
+            "kind = \"mlp\" under [model]",
+        ),
+        "kind" => help(one_of(&ModelConfig::KINDS), "kind = \"mlp\" under [model]"),
+        "hidden" => help(
+            "an array of layer widths, whole numbers from 1 to 65536",
+            "hidden = [64, 64] under [model]",
+        ),
+        "hidden[]" => help(
+            "a layer width, a whole number from 1 to 65536",
+            "hidden = [64, 64] under [model]",
+        ),
+        "channels" => help(
+            "an array of channel counts, whole numbers from 1 to 65536",
+            "channels = [16, 16] under [model]",
+        ),
+        "channels[]" => help(
+            "a channel count, a whole number from 1 to 65536",
+            "channels = [16, 16] under [model]",
+        ),
+        "kernel_size" => help(
+            "an odd whole number from 1 to 15",
+            "kernel_size = 3 under [model]",
+        ),
+        "d_model" => help(
+            "a whole number from 1 to 4096",
+            "d_model = 64 under [model]",
+        ),
+        "heads" => help(
+            "a whole number from 1 to 64 that divides d_model",
+            "heads = 4 under [model]",
+        ),
+        "layers" => help("a whole number from 1 to 48", "layers = 2 under [model]"),
+        "d_ff" => help("a whole number from 1 to 16384", "d_ff = 256 under [model]"),
+        "context" => help(
+            "a whole number from 1 to 4096",
+            "context = 64 under [model]",
+        ),
+        _ => return None,
+    })
 }

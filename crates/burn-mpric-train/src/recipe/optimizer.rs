@@ -1,5 +1,6 @@
 //! The recipe's `[optimizer]` table: [`OptimizerConfig`], tagged by `kind`.
 
+use crate::recipe::help::{Help, help, one_of};
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -374,4 +375,56 @@ impl fmt::Display for OptimizerConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.kind())
     }
+}
+
+/// What each field of `[optimizer]` accepts and a line that sets it, by its path below the
+/// table (`""`: the table).
+pub(super) fn field_help(field: &str) -> Option<Help> {
+    Some(match field {
+        "" => help(
+            "an [optimizer] table with `kind` (`adam`, `adamw` or `sgd`) and `lr`",
+            "kind = \"adam\" under [optimizer]",
+        ),
+        "kind" => help(
+            one_of(&["adam", "adamw", "sgd"]),
+            "kind = \"adam\" under [optimizer]",
+        ),
+        "lr" => help(
+            "a number above 0, at most 10",
+            "lr = 0.001 under [optimizer]",
+        ),
+        "weight_decay" => help(
+            "a number from 0 to 1",
+            "weight_decay = 0.01 under [optimizer]",
+        ),
+        "beta1" => help(
+            "a number from 0 up to (not including) 1",
+            "beta1 = 0.9 under [optimizer]",
+        ),
+        "beta2" => help(
+            "a number from 0 up to (not including) 1",
+            "beta2 = 0.999 under [optimizer]",
+        ),
+        "epsilon" => help("a small number above 0", "epsilon = 1e-8 under [optimizer]"),
+        "momentum" => help(
+            "a number from 0 up to (not including) 1",
+            "momentum = 0.9 under [optimizer]",
+        ),
+        "nesterov" => help("`true` or `false`", "nesterov = true under [optimizer]"),
+        "state" => help(
+            format!(
+                "{} (the dtype the optimizer's state is stored at)",
+                one_of(&["f32", "bf16"])
+            ),
+            "state = \"bf16\" under [optimizer]",
+        ),
+        "master" => help(
+            format!(
+                "{} (parameters at f32, or at bf16 updated by stochastic rounding or a compensated update)",
+                one_of(&["f32", "stochastic", "kahan"])
+            ),
+            "master = \"stochastic\" under [optimizer]",
+        ),
+        _ => return None,
+    })
 }
