@@ -41,6 +41,7 @@ pub mod audit;
 mod dtype;
 pub mod editions;
 pub mod export;
+pub mod lane;
 mod op_table;
 pub mod optim;
 mod policy;

@@ -3,45 +3,26 @@
 //! values, the skip folded in) and `lane_apply` (one parameter's elementwise update). Both
 //! editions' `DeviceRule`s are these, on their own tensors.
 
-use super::lane::Lane;
 use super::slots::StateSlots;
+use crate::lane::Lane;
 use crate::scale::{AnyDeviceRule, DeviceAdamConfig, DeviceAdamWConfig, DeviceSgdConfig};
 
 /// An update rule over any edition's [`Lane`]s (`E` names the edition). Each edition's
 /// `DeviceRule` is this on its own tensors: the same arithmetic, op for op.
 ///
 /// ```
-/// use burn_mpric_core::optim::{Lane, LaneRule};
+/// use burn_mpric_core::lane::Host;
+/// use burn_mpric_core::optim::LaneRule;
 /// use burn_mpric_core::scale::DeviceSgdConfig;
 ///
-/// // f64 values as one-element "tensors": the arithmetic, checked on the host.
-/// # #[derive(Clone, Debug, PartialEq)] struct V(f64);
-/// # struct Host;
-/// # impl Lane<Host> for V {
-/// #     type Mask = bool;
-/// #     type Device = ();
-/// #     fn add(self, o: Self) -> Self { V(self.0 + o.0) }
-/// #     fn sub(self, o: Self) -> Self { V(self.0 - o.0) }
-/// #     fn mul(self, o: Self) -> Self { V(self.0 * o.0) }
-/// #     fn div(self, o: Self) -> Self { V(self.0 / o.0) }
-/// #     fn add_scalar(self, v: f64) -> Self { V(self.0 + v) }
-/// #     fn mul_scalar(self, v: f64) -> Self { V(self.0 * v) }
-/// #     fn neg(self) -> Self { V(-self.0) }
-/// #     fn sqrt(self) -> Self { V(self.0.sqrt()) }
-/// #     fn square(self) -> Self { V(self.0 * self.0) }
-/// #     fn mask_where(self, m: bool, v: Self) -> Self { if m { v } else { self } }
-/// #     fn mask_fill(self, m: bool, v: f32) -> Self { if m { V(v.into()) } else { self } }
-/// #     fn equal_elem(self, v: f32) -> bool { self.0 == f64::from(v) }
-/// #     fn f32_zeros(_: usize, _: &()) -> Self { V(0.0) }
-/// #     fn f32_value(v: f32, _: &()) -> Self { V(v.into()) }
-/// # }
+/// // One-element values on the host: the arithmetic, checked without a tensor.
 /// let sgd = DeviceSgdConfig::new();
-/// let (c, _) = sgd.lane_coefficients::<Host, V>(0.5, &[], Some(&true), &());
-/// let (param, _) = sgd.lane_apply::<Host, V>(&c, V(1.0), V(2.0), Vec::new());
-/// assert_eq!(param, V(0.0));
+/// let (c, _) = sgd.lane_coefficients::<Host, f32>(0.5, &[], Some(&true), &());
+/// let (param, _) = sgd.lane_apply::<Host, f32>(&c, 1.0, 2.0, Vec::new());
+/// assert_eq!(param, 0.0);
 /// // Skipped: the parameter as it was.
-/// let (c, _) = sgd.lane_coefficients::<Host, V>(0.5, &[], Some(&false), &());
-/// assert_eq!(sgd.lane_apply::<Host, V>(&c, V(1.0), V(0.0), Vec::new()).0, V(1.0));
+/// let (c, _) = sgd.lane_coefficients::<Host, f32>(0.5, &[], Some(&false), &());
+/// assert_eq!(sgd.lane_apply::<Host, f32>(&c, 1.0, 0.0, Vec::new()).0, 1.0);
 /// ```
 pub trait LaneRule: StateSlots {
     /// A fresh state for a parameter of `len` elements: the per-element slots (zeros), then

@@ -23,14 +23,12 @@
 //! ```
 
 mod cohorts;
-mod lane;
 mod lane_rules;
 mod precision;
 mod rounding;
 mod slots;
 
 pub use cohorts::{Cohorts, StepCohorts};
-pub use lane::Lane;
 pub use lane_rules::LaneRule;
 pub use precision::{
     BytesPerParameter, HeldBytes, MasterWeights, OptimizerPrecision, PrecisionError, StateDtype,

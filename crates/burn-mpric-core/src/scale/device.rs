@@ -5,6 +5,7 @@ use super::config::{LossScaleConfig, UpdateRule};
 use super::loss_scale::LossScale;
 use super::outcome::StepOutcome;
 use super::state::ScalerState;
+use crate::lane::{IntLane, Lane};
 
 /// A dynamic loss scale's rule in the terms a device evaluates it with select ops: an f32
 /// scale, integer counters and thresholds compared before the step. Evaluated with these
@@ -49,6 +50,77 @@ pub struct DeviceScaleRule {
 }
 
 impl DeviceScaleRule {
+    /// One step of the rule where the host does not look: the scale, the finite steps'
+    /// counter and the hysteresis left after a step whose finiteness is `finite` (a mask the
+    /// host never reads), from `(scale, counter, left)` before it; `full` is the hysteresis a
+    /// step restores. The core's decisions (`ScalerState::finish`) op for op, on either
+    /// edition's tensors or on the host.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_core::lane::Host;
+    /// use burn_mpric_core::scale::{DeviceScaleRule, LossScaleConfig};
+    ///
+    /// let config = LossScaleConfig::new().with_initial_scale(1024.0).with_growth_interval(2);
+    /// let rule = DeviceScaleRule::of(&config).unwrap();
+    /// let step = |state, finite| rule.adjust::<Host, f32, i64>(state, &1, finite);
+    /// let state = step((1024.0, 0, 1), true);
+    /// assert_eq!(step(state, true).0, 2048.0); // grown after two finite steps
+    /// assert_eq!(step(state, false).0, 512.0); // backed off
+    /// ```
+    pub fn adjust<E, F, I>(
+        &self,
+        (scale, counter, left): (F, I, I),
+        full: &I,
+        finite: F::Mask,
+    ) -> (F, I, I)
+    where
+        F: Lane<E>,
+        I: IntLane<E, Mask = F::Mask>,
+    {
+        // A finite step: grow at the rule's count, else count it.
+        let grow = counter.clone().greater_equal_elem(i64::from(self.grow_at));
+        let mut grown = scale.clone().mul_scalar(f64::from(self.growth_factor));
+        if let Some(max) = self.max_scale {
+            grown = grown.clamp_max(max);
+        }
+        // Past f32::MAX the scale stays where it was.
+        let grown_finite = grown.clone().mul_scalar(0.0).equal_elem(0.0);
+        let grown = scale.clone().mask_where(grown_finite, grown);
+        let finite_scale = scale.clone().mask_where(grow.clone(), grown);
+        let finite_counter = counter.clone().add_scalar(1).mask_fill(grow.clone(), 0);
+        let finite_left = if self.consecutive_hysteresis {
+            full.clone()
+        } else {
+            left.clone().mask_where(grow, full.clone())
+        };
+
+        // A non-finite step: back off once the hysteresis is used up.
+        let (overflow_left, back_off) = if self.deepspeed {
+            let back_off = left.clone().lower_equal_elem(1);
+            let used = left
+                .clone()
+                .sub_scalar(1)
+                .mask_where(back_off.clone(), left);
+            (used, back_off)
+        } else {
+            let used = left.sub_scalar(1).clamp_min(0);
+            (used.clone(), used.equal_elem(0))
+        };
+        let backed_off = scale
+            .clone()
+            .mul_scalar(f64::from(self.backoff_factor))
+            .clamp_min(self.min_scale);
+        let overflow_scale = scale.mask_where(back_off, backed_off);
+        let overflow_counter = counter.zeros_like();
+        (
+            overflow_scale.mask_where(finite.clone(), finite_scale),
+            overflow_counter.mask_where(finite.clone(), finite_counter),
+            overflow_left.mask_where(finite, finite_left),
+        )
+    }
+
     /// The rule of a dynamic scale's configuration; the message says why a factor is refused.
     ///
     /// # Example

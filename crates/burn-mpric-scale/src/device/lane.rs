@@ -2,10 +2,8 @@
 //! written once in the core ([`LaneRule`](burn_mpric_core::optim::LaneRule)) run on here.
 
 use burn::tensor::backend::Backend;
-use burn::tensor::{Bool, FloatDType, Tensor};
-use burn_mpric_core::optim::Lane;
-
-use super::scale::f32_value;
+use burn::tensor::{Bool, FloatDType, Int, Tensor};
+use burn_mpric_core::lane::{IntLane, Lane};
 
 /// The Burn 0.21 edition, as the core's rules name it.
 pub struct Burn021;
@@ -23,4 +21,19 @@ impl<B: Backend> Lane<Burn021> for Tensor<B, 1> {
     fn f32_value(value: f32, device: &B::Device) -> Self {
         f32_value::<B>(value, device)
     }
+}
+
+impl<B: Backend> IntLane<Burn021> for Tensor<B, 1, Int> {
+    type Mask = Tensor<B, 1, Bool>;
+
+    burn_mpric_core::int_lane_arithmetic!();
+}
+
+/// A one-element f32 tensor holding `value` exactly. Made from ones and scaled at f32, since
+/// a backend decorator may make new float tensors at a narrower parameter dtype, where a
+/// scale such as 2^16 does not exist.
+pub(crate) fn f32_value<B: Backend>(value: f32, device: &B::Device) -> Tensor<B, 1> {
+    Tensor::<B, 1>::ones([1], device)
+        .cast(FloatDType::F32)
+        .mul_scalar(value)
 }

@@ -2,11 +2,12 @@
 //! the device from a finiteness flag the host never reads.
 
 use burn::tensor::backend::Backend;
-use burn::tensor::{Bool, FloatDType, Int, Tensor, TensorData};
+use burn::tensor::{Bool, Int, Tensor, TensorData};
 use burn_mpric_core::scale::{DeviceScaleRule, DeviceScaleState, LossScale};
 
+use super::lane::{Burn021, f32_value};
+
 use crate::error::StepError;
-use crate::pack::finite_value;
 
 /// A loss scale held on the device: the scale (f32), its growth counter and hysteresis
 /// tracker (ints), advanced by [`adjust`](Self::adjust) with the same decisions, bit for bit,
@@ -131,66 +132,16 @@ impl<B: Backend> DeviceScale<B> {
         let Some(rule) = self.rule else {
             return self;
         };
-        let Self {
+        let state = (self.scale, self.counter, self.hysteresis_left);
+        let (scale, counter, hysteresis_left) =
+            rule.adjust::<Burn021, _, _>(state, &self.full_hysteresis, finite);
+        Self {
             scale,
             counter,
-            hysteresis_left: left,
-            rule: _,
-            full_hysteresis: full,
-        } = self;
-
-        // A finite step: grow at the rule's count, else count it.
-        let grow = counter.clone().greater_equal_elem(i64::from(rule.grow_at));
-        let mut grown = scale.clone().mul_scalar(rule.growth_factor);
-        if let Some(max) = rule.max_scale {
-            grown = grown.clamp_max(max);
-        }
-        // Past f32::MAX the scale stays where it was.
-        let grown = scale.clone().mask_where(finite_value(grown.clone()), grown);
-        let finite_scale = scale.clone().mask_where(grow.clone(), grown);
-        let finite_counter = counter.clone().add_scalar(1).mask_fill(grow.clone(), 0);
-        let finite_left = if rule.consecutive_hysteresis {
-            full.clone()
-        } else {
-            left.clone().mask_where(grow, full.clone())
-        };
-
-        // A non-finite step: back off once the hysteresis is used up.
-        let (overflow_left, back_off) = if rule.deepspeed {
-            let back_off = left.clone().lower_equal_elem(1);
-            let used = left
-                .clone()
-                .sub_scalar(1)
-                .mask_where(back_off.clone(), left);
-            (used, back_off)
-        } else {
-            let used = left.sub_scalar(1).clamp_min(0);
-            (used.clone(), used.equal_elem(0))
-        };
-        let backed_off = scale
-            .clone()
-            .mul_scalar(rule.backoff_factor)
-            .clamp_min(rule.min_scale);
-        let overflow_scale = scale.mask_where(back_off, backed_off);
-        let overflow_counter = counter.zeros_like();
-
-        Self {
-            scale: overflow_scale.mask_where(finite.clone(), finite_scale),
-            counter: overflow_counter.mask_where(finite.clone(), finite_counter),
-            hysteresis_left: overflow_left.mask_where(finite, finite_left),
-            rule: Some(rule),
-            full_hysteresis: full,
+            hysteresis_left,
+            ..self
         }
     }
-}
-
-/// A one-element f32 tensor holding `value` exactly. Made from ones and scaled at f32, since
-/// a backend decorator may make new float tensors at a narrower parameter dtype, where a
-/// scale such as 2^16 does not exist.
-pub(crate) fn f32_value<B: Backend>(value: f32, device: &B::Device) -> Tensor<B, 1> {
-    Tensor::<B, 1>::ones([1], device)
-        .cast(FloatDType::F32)
-        .mul_scalar(value)
 }
 
 /// A one-element int tensor holding `value`.
