@@ -42,7 +42,7 @@ proptest! {
                 growth_interval: interval,
                 hysteresis: config.hysteresis.max(1).min(hysteresis),
                 // A bound the run can reach: 16 doublings above where it starts.
-                max_scale: bounded.then(|| config.initial_scale * 65536.0),
+                max_scale: bounded.then_some(config.initial_scale * 65536.0),
                 ..config
             };
             let mut host = ScalerState::dynamic(config)
