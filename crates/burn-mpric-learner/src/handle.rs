@@ -2,8 +2,7 @@
 //! its decision.
 
 use std::any::Any;
-use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::MutexGuard;
 
 use burn::module::{
     AutodiffModule, Content, Devices, HasAutodiffModule, Module, ModuleDisplay,
@@ -16,6 +15,8 @@ use burn_mpric_scale::{
     DataParallel, DeviceLossScaler, LossScaler, LossScalerRecord, ScalerStats, StateError,
     StepError, StepOutcome,
 };
+
+use burn_mpric_core::scale::{HandleState, ProbeInputs, SharedHandle};
 
 use crate::on_device::OnDevice;
 use crate::record::StepSlot;
@@ -51,44 +52,15 @@ use crate::record::StepSlot;
 /// assert_eq!((handle.scale(), clone.scale()), (64.0, 64.0));
 /// ```
 #[derive(Debug, Clone)]
-pub struct ScalerHandle(Arc<Mutex<Shared>>);
+pub struct ScalerHandle(SharedHandle<LossScaler, DataParallel, OnDevice>);
 
-#[derive(Debug)]
-struct Shared {
-    scaler: LossScaler,
-    /// Steps whose loss was scaled and whose optimizer step has not run yet (one per device,
-    /// or several with gradient accumulation).
-    pending: Vec<StepSlot>,
-    /// The other processes of a run across processes, whose gradients each step adds.
-    parallel: Option<DataParallel>,
-    /// Copies of the pending steps' batches, for the probe of a skipped step.
-    probe: ProbeInputs,
-    /// The device path, once [`ScalerHandle::device_optimizer`] made its optimizer: the
-    /// scaler's state lives there, and `scaler` is the host's copy as of the last read.
-    device: Option<OnDevice>,
-}
-
-/// The batches of the steps since the last optimizer step, kept for the probe of a skipped
-/// step ([`LossStep::probe_copy`](crate::LossStep::probe_copy)).
-#[derive(Default)]
-pub(crate) struct ProbeInputs(pub(crate) Vec<Box<dyn Any + Send>>);
-
-impl fmt::Debug for ProbeInputs {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} batches kept for the probe", self.0.len())
-    }
-}
+/// What the handle's clones share: the core's handle state around this edition's scaler.
+type Shared = HandleState<LossScaler, DataParallel, OnDevice>;
 
 impl ScalerHandle {
     /// Shares `scaler`.
     pub fn new(scaler: LossScaler) -> Self {
-        Self(Arc::new(Mutex::new(Shared {
-            scaler,
-            pending: Vec::new(),
-            parallel: None,
-            probe: ProbeInputs::default(),
-            device: None,
-        })))
+        Self(SharedHandle::new(scaler))
     }
 
     /// Makes every optimizer step of the models sharing this handle a step of a run across
@@ -185,6 +157,7 @@ impl ScalerHandle {
     fn settle(shared: &mut Shared) {
         if let Err(err) = Self::read_device(shared) {
             log::error!("the loss scaler's pending device steps were not read: {err}");
+            shared.fail(err);
         }
     }
 
@@ -207,6 +180,17 @@ impl ScalerHandle {
         device.learn(&read);
         shared.scaler = device.scaler.host();
         read
+    }
+
+    /// The error of the last optimizer step that could not run (a failed device read), or
+    /// of a restore that was refused, if any (each is logged too). Such a step applied
+    /// nothing and left the scale unchanged.
+    ///
+    /// ```
+    /// assert!(burn_mpric::learner::ScalerHandle::default().last_error().is_none());
+    /// ```
+    pub fn last_error(&self) -> Option<String> {
+        self.lock().last_error.clone()
     }
 
     /// The current scale (the one the next step's loss will be multiplied by).
@@ -299,13 +283,12 @@ impl ScalerHandle {
             // The device path goes on from the restored state, or keeps its own.
             if let Err(err) = device.scaler.restart(restored) {
                 log::error!("{err}: the loss scaler keeps its state");
+                shared.fail(format!("{err}: the loss scaler keeps its state"));
                 return Ok(());
             }
             device.awaiting.clear();
         }
-        shared.scaler = restored;
-        shared.pending.clear();
-        shared.probe.0.clear();
+        shared.restore(restored);
         Ok(())
     }
 
@@ -398,7 +381,10 @@ impl ScalerHandle {
                 drop(guard);
                 panic!("the run stopped: {stop}")
             }
-            Err(err) => log::warn!("the loss scaler's pending device steps were not read: {err}"),
+            Err(err) => {
+                log::warn!("the loss scaler's pending device steps were not read: {err}");
+                shared.fail(err);
+            }
             Ok(_) => {}
         }
         module
@@ -408,7 +394,7 @@ impl ScalerHandle {
     /// updates the scale), then hands its outcome to every step that contributed gradients.
     /// Keeps a copy of a step's batch for the probe of the next optimizer step.
     pub(crate) fn keep_for_probe(&self, input: Box<dyn Any + Send>) {
-        self.lock().probe.0.push(input);
+        self.lock().probe.push(input);
     }
 
     pub(crate) fn optimizer_step<M>(
@@ -438,17 +424,16 @@ impl ScalerHandle {
                 panic!("the run stopped: {err}")
             }
             // The device could not be read: nothing was applied and the scale is unchanged.
-            Err(err) => log::warn!("loss-scaled step not applied: {err}"),
+            Err(err) => {
+                log::warn!("loss-scaled step not applied: {err}");
+                shared.fail(err);
+            }
         }
         module
     }
 
     fn lock(&self) -> MutexGuard<'_, Shared> {
-        // A panic elsewhere while holding the lock leaves a consistent scaler (every
-        // update replaces it whole), so a poisoned lock is still usable.
-        self.0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.0.lock()
     }
 }
 

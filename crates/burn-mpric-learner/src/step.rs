@@ -325,8 +325,9 @@ where
             };
             let (model, outcome) = scaler.step::<B2, Self, O>(optim, lr, self, grads);
             // One batch on one device: a skipped step's batch runs once more.
-            let batch = match (alone, kept.0.len()) {
-                (true, 1) => kept.0.pop().and_then(|b| b.downcast::<M::Input>().ok()),
+            let mut kept = kept.take();
+            let batch = match (alone, kept.len()) {
+                (true, 1) => kept.pop().and_then(|b| b.downcast::<M::Input>().ok()),
                 _ => None,
             };
             let outcome = match (outcome, batch) {

@@ -330,3 +330,21 @@ fn a_restored_handle_steps_from_the_checkpoints_scale_and_still_names_overflows(
         "{names:?}"
     );
 }
+
+/// A restore the device path cannot take (a clipping scaler) keeps the scaler in use, and is
+/// reported by `last_error`, as the Burn 0.22 edition's handle reports it.
+#[test]
+fn a_refused_restore_keeps_the_scale_and_is_the_last_error() {
+    let handle = ScalerHandle::new(LossScaler::fixed(64.0).unwrap());
+    handle
+        .device_optimizer::<Ad, _>(DeviceAdamConfig::new(), &device(), 0)
+        .unwrap();
+    assert_eq!(handle.last_error(), None);
+    let clipping = LossScaler::fixed(8.0).unwrap().with_clip_norm(1.0).unwrap();
+    handle.restore(clipping.to_record()).unwrap();
+    assert_eq!(handle.scale(), 64.0);
+    let error = handle
+        .last_error()
+        .expect("the refused restore is reported");
+    assert!(error.contains("keeps its state"), "{error}");
+}

@@ -2,13 +2,14 @@
 //! decision.
 
 use std::any::Any;
-use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::MutexGuard;
 
 use burn::module::Module;
 use burn::optim::{GradientsParams, ModuleOptimizer, MultiGradientsParams};
 use burn::tensor::{Device, Tensor};
 use burn_mpric_core::scale::{AnyDeviceRule, AwaitingSteps, ScalerStats, StepOutcome};
+
+use burn_mpric_core::scale::{HandleState, ProbeInputs, SharedHandle};
 
 use super::device::DevicePathOptimizer;
 use super::on_device::OnDevice;
@@ -34,35 +35,10 @@ use crate::{
 /// assert_eq!(handle.stats().steps, 0);
 /// ```
 #[derive(Debug, Clone)]
-pub struct ScalerHandle(Arc<Mutex<Shared>>);
+pub struct ScalerHandle(SharedHandle<LossScaler, DataParallel, OnDevice>);
 
-#[derive(Debug)]
-struct Shared {
-    scaler: LossScaler,
-    /// Steps whose loss was scaled and whose optimizer step has not run yet (one per device,
-    /// or several with gradient accumulation).
-    pending: Vec<StepSlot>,
-    /// The last optimizer step that failed (the device could not be read).
-    last_error: Option<String>,
-    /// The other processes of a run across processes, whose gradients each step adds.
-    parallel: Option<DataParallel>,
-    /// Copies of the pending steps' batches, for the probe of a skipped step.
-    probe: ProbeInputs,
-    /// The device path, once [`ScalerHandle::device_optimizer`] put the handle on it: the
-    /// scaler's state lives there, and `scaler` is the host's copy as of the last read.
-    device: Option<OnDevice>,
-}
-
-/// The batches of the steps since the last optimizer step, kept for the probe of a skipped
-/// step ([`LossStep::probe_copy`](super::LossStep::probe_copy)).
-#[derive(Default)]
-pub(crate) struct ProbeInputs(pub(crate) Vec<Box<dyn Any + Send>>);
-
-impl fmt::Debug for ProbeInputs {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} batches kept for the probe", self.0.len())
-    }
-}
+/// What the handle's clones share: the core's handle state around this edition's scaler.
+type Shared = HandleState<LossScaler, DataParallel, OnDevice>;
 
 impl ScalerHandle {
     /// Shares `scaler`.
@@ -75,14 +51,7 @@ impl ScalerHandle {
     /// assert_eq!(ScalerHandle::new(LossScaler::default()).scale(), 32768.0);
     /// ```
     pub fn new(scaler: LossScaler) -> Self {
-        Self(Arc::new(Mutex::new(Shared {
-            scaler,
-            pending: Vec::new(),
-            last_error: None,
-            parallel: None,
-            probe: ProbeInputs::default(),
-            device: None,
-        })))
+        Self(SharedHandle::new(scaler))
     }
 
     /// Makes every optimizer step of the models sharing this handle a step of a run across
@@ -195,12 +164,12 @@ impl ScalerHandle {
                     device.awaiting.clear();
                 }
                 Err(err) => {
-                    shared.last_error = Some(format!("{err}: the loss scaler keeps its state"));
+                    shared.fail(format!("{err}: the loss scaler keeps its state"));
                     return;
                 }
             }
         }
-        shared.scaler = scaler;
+        shared.restore(scaler);
     }
 
     /// The error of the last optimizer step that could not run (a failed device read), if
@@ -376,7 +345,7 @@ impl ScalerHandle {
     fn settled(&self) -> MutexGuard<'_, Shared> {
         let mut shared = self.lock();
         if let Err(err) = Self::read_device(&mut shared) {
-            shared.last_error = Some(err.to_string());
+            shared.fail(err);
         }
         shared
     }
@@ -438,7 +407,7 @@ impl ScalerHandle {
                 drop(guard);
                 panic!("the run stopped: {stop}")
             }
-            Err(err) => shared.last_error = Some(err.to_string()),
+            Err(err) => shared.fail(err),
             Ok(_) => {}
         }
         module
@@ -448,7 +417,7 @@ impl ScalerHandle {
     /// contributed gradients.
     /// Keeps a copy of a step's batch for the probe of the next optimizer step.
     pub(crate) fn keep_for_probe(&self, input: Box<dyn Any + Send>) {
-        self.lock().probe.0.push(input);
+        self.lock().probe.push(input);
     }
 
     pub(crate) fn optimizer_step<M>(
@@ -477,17 +446,13 @@ impl ScalerHandle {
                 drop(guard);
                 panic!("the run stopped: {err}")
             }
-            Err(err) => shared.last_error = Some(err.to_string()),
+            Err(err) => shared.fail(err),
         }
         module
     }
 
     fn lock(&self) -> MutexGuard<'_, Shared> {
-        // Every update replaces the scaler whole, so a lock poisoned by a panic elsewhere
-        // still holds a consistent state.
-        self.0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.0.lock()
     }
 }
 

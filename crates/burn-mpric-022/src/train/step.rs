@@ -130,8 +130,9 @@ impl<M: Module + ModuleDisplay + LossStep> TrainStep for Scaled<M> {
             };
             let (model, outcome) = scaler.step(optim, lr_module, self, grads);
             // One batch on one device: a skipped step's batch runs once more.
-            let batch = match (alone, kept.0.len()) {
-                (true, 1) => kept.0.pop().and_then(|b| b.downcast::<M::Input>().ok()),
+            let mut kept = kept.take();
+            let batch = match (alone, kept.len()) {
+                (true, 1) => kept.pop().and_then(|b| b.downcast::<M::Input>().ok()),
                 _ => None,
             };
             let outcome = match (outcome, batch) {
