@@ -109,9 +109,20 @@ fn unpack(workspace: &Workspace, into: &Path) -> Result<Vec<(String, PathBuf)>, 
             ));
         }
         let dir = into.join(&stem);
+        // The archive beside its unpacked folder: the same bytes again leave the folder (and
+        // the builds made from it) as they are.
+        let bytes = fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+        let unpacked_from = into.join(format!("{stem}.crate"));
+        if dir.is_dir() && fs::read(&unpacked_from).ok().as_deref() == Some(&bytes[..]) {
+            out.push((member.name.clone(), dir));
+            continue;
+        }
         let _ = fs::remove_dir_all(&dir);
+        // `-m`: the files dated now, not with the fixed date cargo packages them with, which
+        // is older than any build and would let cargo reuse a build of the previous archive
+        // of the same version.
         let status = Command::new("tar")
-            .arg("-xzf")
+            .arg("-xzmf")
             .arg(&file)
             .arg("-C")
             .arg(into)
@@ -120,6 +131,8 @@ fn unpack(workspace: &Workspace, into: &Path) -> Result<Vec<(String, PathBuf)>, 
         if !status.success() || !dir.is_dir() {
             return Err(format!("could not unpack {} ({status})", file.display()));
         }
+        fs::write(&unpacked_from, &bytes)
+            .map_err(|e| format!("{}: {e}", unpacked_from.display()))?;
         out.push((member.name.clone(), dir));
     }
     Ok(out)
