@@ -36,11 +36,7 @@ pub const CORE: &str = "crates/burn-mpric-core";
 /// modules, which may use anything.
 fn code_of(source: &str) -> String {
     let source = source.split("#[cfg(test)]").next().unwrap_or_default();
-    source
-        .lines()
-        .filter(|line| !line.trim_start().starts_with("//"))
-        .collect::<Vec<_>>()
-        .join("\n")
+    crate::source::without_comments(source)
 }
 
 /// The module path of a source file under `src` (`run/train.rs` is `run::train`,

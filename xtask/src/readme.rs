@@ -22,31 +22,6 @@ pub struct Exports {
     pub globs: BTreeSet<String>,
 }
 
-/// `source` without comments; string literals are kept as they are (a crate root's strings
-/// hold no comment markers or braces that matter here).
-fn without_comments(source: &str) -> String {
-    let mut out = String::new();
-    let mut rest = source;
-    loop {
-        let line = rest.find("//");
-        let block = rest.find("/*");
-        match (line, block) {
-            (Some(l), b) if b.is_none_or(|b| l < b) => {
-                out.push_str(&rest[..l]);
-                rest = rest[l..].find('\n').map_or("", |end| &rest[l + end..]);
-            }
-            (_, Some(b)) => {
-                out.push_str(&rest[..b]);
-                rest = rest[b..].find("*/").map_or("", |end| &rest[b + end + 2..]);
-            }
-            _ => {
-                out.push_str(rest);
-                return out;
-            }
-        }
-    }
-}
-
 /// The crate root's top-level statements: split at `;` and at a `}` that closes a block
 /// opened at the top level.
 fn statements(code: &str) -> Vec<String> {
@@ -105,7 +80,7 @@ fn split_attributes(statement: &str) -> (Vec<String>, &str) {
 /// The items a crate root (`lib.rs`) exports.
 pub fn exports(root: &str) -> Exports {
     let mut exports = Exports::default();
-    for statement in statements(&without_comments(root)) {
+    for statement in statements(&crate::source::without_comments(root)) {
         let (attributes, item) = split_attributes(&statement);
         let has = |text: &str| attributes.iter().any(|a| a.replace(' ', "").contains(text));
         if has("doc(hidden)") || has("cfg(test)") {

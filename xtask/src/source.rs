@@ -1,5 +1,6 @@
 //! Rust source read as text, for the rules that read it (`layout.rs`, `readme.rs`): what an
-//! identifier is, module paths joined, and the re-exports of `pub use` statements.
+//! identifier is, module paths joined, the re-exports of `pub use` statements, and the code
+//! without its comments.
 
 /// Whether `c` may stand in an identifier.
 pub fn is_ident(c: char) -> bool {
@@ -72,6 +73,31 @@ pub fn reexported_names(code: &str) -> Vec<(String, String)> {
         }
     }
     names
+}
+
+/// `source` without comments; string literals are kept as they are (a crate root's strings
+/// hold no comment markers or braces that matter here).
+pub fn without_comments(source: &str) -> String {
+    let mut out = String::new();
+    let mut rest = source;
+    loop {
+        let line = rest.find("//");
+        let block = rest.find("/*");
+        match (line, block) {
+            (Some(l), b) if b.is_none_or(|b| l < b) => {
+                out.push_str(&rest[..l]);
+                rest = rest[l..].find('\n').map_or("", |end| &rest[l + end..]);
+            }
+            (_, Some(b)) => {
+                out.push_str(&rest[..b]);
+                rest = rest[b..].find("*/").map_or("", |end| &rest[b + end + 2..]);
+            }
+            _ => {
+                out.push_str(rest);
+                return out;
+            }
+        }
+    }
 }
 
 #[cfg(test)]
