@@ -119,6 +119,19 @@ fn check() -> Result<(), String> {
         let tests = ["--test", "wgpu", "--test", "device_path"];
         cargo(&[&["test", "-p", package, "--features", features][..], &tests].concat())?;
     }
+    // `MixedPrecision<Vulkan>`: the same Wgpu backend compiled to SPIR-V by cubecl's Vulkan
+    // compiler (Burn's `vulkan` feature switches the compiler of the one `Wgpu` type), over the
+    // same driver, without and with fusion.
+    for features in ["instrument,vulkan", "instrument,vulkan,fusion"] {
+        let tests = ["--test", "wgpu", "--test", "device_path"];
+        cargo(
+            &[
+                &["test", "-p", "burn-mpric", "--features", features][..],
+                &tests,
+            ]
+            .concat(),
+        )?;
+    }
     // A new user's project outside the workspace: each edition's quick start from README.md
     // on the packaged crates.
     user_project::check(root, &workspace)?;

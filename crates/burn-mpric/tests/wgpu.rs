@@ -257,3 +257,16 @@ fn the_fusion_build_runs_wgpu_through_burns_fusion() {
         std::any::type_name::<Wgpu>()
     );
 }
+
+/// The compiler these tests run on: SPIR-V with the `vulkan` feature (cubecl's Vulkan
+/// compiler, `burn::backend::Vulkan`), WGSL without.
+#[test]
+fn wgpu_compiles_to_the_shading_language_the_build_chose() {
+    let name = <Wgpu as burn::tensor::backend::Backend>::name(&Default::default());
+    let language = if cfg!(feature = "vulkan") {
+        "spirv"
+    } else {
+        "wgsl"
+    };
+    assert!(name.contains(language), "{name}");
+}
