@@ -199,27 +199,59 @@ fn resolve(
     None
 }
 
-/// The module import graph of the crate at `dir`: module -> modules it imports, leaving out
-/// a module's imports of its own ancestors and descendants.
-pub fn module_graph(dir: &Path) -> BTreeMap<String, BTreeSet<String>> {
-    let sources = crate_sources(dir);
-    let reexports = module_reexports(&sources);
-    let related = |a: &str, b: &str| {
-        a == b || a.starts_with(&format!("{b}::")) || b.starts_with(&format!("{a}::"))
-    };
-    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for (module, code) in &sources {
-        let edges = graph.entry(module.clone()).or_default();
-        for path in absolute_paths(module, code) {
-            if let Some(target) = resolve(path, &sources, &reexports)
-                && !target.is_empty()
-                && !related(module, &target)
-            {
-                edges.insert(target);
+/// What a crate's modules import, read from its sources once.
+pub struct Imports {
+    /// Module -> the modules it imports, leaving out a module's imports of its own ancestors
+    /// and descendants.
+    pub graph: BTreeMap<String, BTreeSet<String>>,
+    /// Each use of an item of the crate root by another module (`a uses main.rs's helper`).
+    root_uses: Vec<String>,
+    /// Whether the root is a binary's `main.rs` (no `lib.rs`).
+    binary: bool,
+}
+
+impl Imports {
+    /// The imports of the crate at `dir`.
+    pub fn of(dir: &Path) -> Self {
+        let src = dir.join("src");
+        let binary = src.join("main.rs").exists() && !src.join("lib.rs").exists();
+        let sources = crate_sources(dir);
+        let reexports = module_reexports(&sources);
+        let related = |a: &str, b: &str| {
+            a == b || a.starts_with(&format!("{b}::")) || b.starts_with(&format!("{a}::"))
+        };
+        let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        let mut root_uses = Vec::new();
+        for (module, code) in &sources {
+            let edges = graph.entry(module.clone()).or_default();
+            for path in absolute_paths(module, code) {
+                let Some(target) = resolve(path.clone(), &sources, &reexports) else {
+                    continue;
+                };
+                if target.is_empty() {
+                    if !module.is_empty() && !path.is_empty() {
+                        root_uses.push(format!("{module} uses main.rs's {}", path.join("::")));
+                    }
+                } else if !related(module, &target) {
+                    edges.insert(target);
+                }
             }
         }
+        Self {
+            graph,
+            root_uses,
+            binary,
+        }
     }
-    graph
+
+    /// The modules of a binary crate that use an item of `main.rs`: the command line uses the
+    /// modules, never the other way round. A library's modules may use its root.
+    pub fn uses_of_main(&self) -> &[String] {
+        match self.binary {
+            true => &self.root_uses,
+            false => &[],
+        }
+    }
 }
 
 /// The `crate::` paths of `module`'s `code`, and its `super::` paths as the absolute paths
@@ -239,28 +271,6 @@ fn absolute_paths(module: &str, code: &str) -> Vec<Vec<String>> {
             .collect::<Vec<_>>()
     });
     crate_paths(code).into_iter().chain(supers).collect()
-}
-
-/// The modules of a binary crate (a `main.rs`, no `lib.rs`) that use an item of `main.rs`:
-/// the command line uses the modules, never the other way round.
-pub fn uses_of_main(dir: &Path) -> Vec<String> {
-    let src = dir.join("src");
-    if !src.join("main.rs").exists() || src.join("lib.rs").exists() {
-        return Vec::new();
-    }
-    let sources = crate_sources(dir);
-    let reexports = module_reexports(&sources);
-    let mut found = Vec::new();
-    for (module, code) in sources.iter().filter(|(m, _)| !m.is_empty()) {
-        for path in absolute_paths(module, code) {
-            if path.is_empty() || resolve(path.clone(), &sources, &reexports).as_deref() != Some("")
-            {
-                continue;
-            }
-            found.push(format!("{module} uses main.rs's {}", path.join("::")));
-        }
-    }
-    found
 }
 
 /// Each module's code (comments and test-only modules left out), by module path (`""` the
@@ -415,10 +425,11 @@ fn core_problems(core: &Path) -> Result<Vec<String>, String> {
 pub fn check(root: &Path) -> Result<(), String> {
     let mut problems = Vec::new();
     for krate in CRATES {
-        for used in uses_of_main(&root.join(krate)) {
+        let imports = Imports::of(&root.join(krate));
+        for used in imports.uses_of_main() {
             problems.push(format!("{krate}: {used}"));
         }
-        let graph = module_graph(&root.join(krate));
+        let graph = imports.graph;
         if let Some(circle) = find_circle(&graph) {
             problems.push(format!(
                 "{krate}: modules import each other in a circle: {}",
@@ -531,7 +542,7 @@ mod tests {
             "scale/outcome.rs",
             "use crate::scale::SkipCause;\npub struct StepOutcome;\n",
         );
-        let graph = module_graph(&dir);
+        let graph = Imports::of(&dir).graph;
         assert_eq!(
             graph["scale::cause"],
             BTreeSet::from(["scale::outcome".to_string()])
@@ -547,7 +558,7 @@ mod tests {
             "mod cause;\nmod outcome;\nmod probe;\npub use cause::SkipCause;\n\
              pub use outcome::StepOutcome;\npub use probe::Probe;\n",
         );
-        let graph = module_graph(&dir);
+        let graph = Imports::of(&dir).graph;
         assert_eq!(find_circle(&graph), None);
         assert_eq!(graph["scale::probe"].len(), 2, "{graph:?}");
         fs::remove_dir_all(&dir).unwrap();
@@ -580,7 +591,7 @@ fn main() { a::f() }
 ",
         );
         assert_eq!(
-            uses_of_main(&dir),
+            Imports::of(&dir).uses_of_main(),
             vec!["a uses main.rs's helper".to_string()]
         );
         write(
@@ -588,14 +599,14 @@ fn main() { a::f() }
             "pub fn f() { crate::b::g() }
 ",
         );
-        assert_eq!(uses_of_main(&dir), Vec::<String>::new());
+        assert!(Imports::of(&dir).uses_of_main().is_empty());
         fs::rename(dir.join("src/main.rs"), dir.join("src/lib.rs")).unwrap();
         write(
             "a.rs",
             "pub fn f() { crate::helper() }
 ",
         );
-        assert_eq!(uses_of_main(&dir), Vec::<String>::new());
+        assert!(Imports::of(&dir).uses_of_main().is_empty());
         fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -604,7 +615,7 @@ fn main() { a::f() }
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
         check(root).unwrap();
         // The graph is really read: the device and the handler read the rules.
-        let core = module_graph(&root.join("crates/burn-mpric"));
+        let core = Imports::of(&root.join("crates/burn-mpric")).graph;
         assert!(core["device"].contains("rules"), "{:?}", core["device"]);
         assert!(core["handler"].contains("device"), "{:?}", core["handler"]);
     }

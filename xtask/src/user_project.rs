@@ -113,29 +113,35 @@ fn unpack(workspace: &Workspace, into: &Path) -> Result<Vec<(String, PathBuf)>, 
         // the builds made from it) as they are.
         let bytes = fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))?;
         let unpacked_from = into.join(format!("{stem}.crate"));
-        if dir.is_dir() && fs::read(&unpacked_from).ok().as_deref() == Some(&bytes[..]) {
-            out.push((member.name.clone(), dir));
-            continue;
+        let unchanged =
+            dir.is_dir() && fs::read(&unpacked_from).ok().as_deref() == Some(&bytes[..]);
+        if !unchanged {
+            unpack_one(&file, &dir, into)?;
+            fs::write(&unpacked_from, &bytes)
+                .map_err(|e| format!("{}: {e}", unpacked_from.display()))?;
         }
-        let _ = fs::remove_dir_all(&dir);
-        // `-m`: the files dated now, not with the fixed date cargo packages them with, which
-        // is older than any build and would let cargo reuse a build of the previous archive
-        // of the same version.
-        let status = Command::new("tar")
-            .arg("-xzmf")
-            .arg(&file)
-            .arg("-C")
-            .arg(into)
-            .status()
-            .map_err(|e| format!("could not start `tar`: {e}"))?;
-        if !status.success() || !dir.is_dir() {
-            return Err(format!("could not unpack {} ({status})", file.display()));
-        }
-        fs::write(&unpacked_from, &bytes)
-            .map_err(|e| format!("{}: {e}", unpacked_from.display()))?;
         out.push((member.name.clone(), dir));
     }
     Ok(out)
+}
+
+/// Unpacks the archive `file` into `into`, where it makes `dir`, replacing what was there.
+fn unpack_one(file: &Path, dir: &Path, into: &Path) -> Result<(), String> {
+    let _ = fs::remove_dir_all(dir);
+    // `-m`: the files dated now, not with the fixed date cargo packages them with, which is
+    // older than any build and would let cargo reuse a build of the previous archive of the
+    // same version.
+    let status = Command::new("tar")
+        .arg("-xzmf")
+        .arg(file)
+        .arg("-C")
+        .arg(into)
+        .status()
+        .map_err(|e| format!("could not start `tar`: {e}"))?;
+    if !status.success() || !dir.is_dir() {
+        return Err(format!("could not unpack {} ({status})", file.display()));
+    }
+    Ok(())
 }
 
 /// Writes the project for README.md's quick starts and builds and runs each edition's program.

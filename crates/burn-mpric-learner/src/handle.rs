@@ -11,12 +11,11 @@ use burn::module::{
 use burn::optim::{GradientsParams, MultiGradientsParams};
 use burn::tensor::Tensor;
 use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn_mpric_core::scale::{HandleState, ProbeInputs, SharedHandle};
 use burn_mpric_scale::{
     DataParallel, DeviceLossScaler, LossScaler, LossScalerRecord, ScalerStats, StateError,
     StepError, StepOutcome,
 };
-
-use burn_mpric_core::scale::{HandleState, ProbeInputs, SharedHandle};
 
 use crate::on_device::OnDevice;
 use crate::record::StepSlot;
@@ -282,8 +281,9 @@ impl ScalerHandle {
         if let Some(device) = shared.device.as_mut() {
             // The device path goes on from the restored state, or keeps its own.
             if let Err(err) = device.scaler.restart(restored) {
-                log::error!("{err}: the loss scaler keeps its state");
-                shared.fail(format!("{err}: the loss scaler keeps its state"));
+                let refused = format!("{err}: the loss scaler keeps its state");
+                log::error!("{refused}");
+                shared.fail(refused);
                 return Ok(());
             }
             device.awaiting.clear();

@@ -10,7 +10,6 @@ use std::collections::HashMap;
 use burn::module::{Module, ModuleMapper, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::{Bool, Device, FloatDType, Tensor, Transaction};
-
 use burn_mpric_core::optim::{Cohorts, StepCohorts};
 
 use super::rules::DeviceRule;

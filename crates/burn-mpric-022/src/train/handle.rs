@@ -7,9 +7,9 @@ use std::sync::MutexGuard;
 use burn::module::Module;
 use burn::optim::{GradientsParams, ModuleOptimizer, MultiGradientsParams};
 use burn::tensor::{Device, Tensor};
-use burn_mpric_core::scale::{AnyDeviceRule, AwaitingSteps, ScalerStats, StepOutcome};
-
-use burn_mpric_core::scale::{HandleState, ProbeInputs, SharedHandle};
+use burn_mpric_core::scale::{
+    AnyDeviceRule, AwaitingSteps, HandleState, ProbeInputs, ScalerStats, SharedHandle, StepOutcome,
+};
 
 use super::device::DevicePathOptimizer;
 use super::on_device::OnDevice;

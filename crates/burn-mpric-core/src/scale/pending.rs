@@ -308,44 +308,29 @@ impl<Flag, Loss> PendingSteps<Flag, Loss> {
         names: bool,
     ) -> Result<Vec<StepOutcome>, SettleError> {
         let count = count.min(self.steps.len());
-        let mut values = values.iter();
-        let mut next = |flag: bool, what: &str| match (values.next(), flag) {
-            (Some(ReadValue::Flag(f)), true) => Ok(ReadValue::Flag(*f)),
-            (Some(ReadValue::Number(n)), false) => Ok(ReadValue::Number(*n)),
-            (Some(other), _) => Err(SettleError::UnexpectedRead(format!(
-                "expected the {what}, read {other:?}"
-            ))),
-            (None, _) => Err(SettleError::UnexpectedRead(format!(
-                "the read returned too few values: no {what}"
-            ))),
-        };
-        let flag = |value| matches!(value, ReadValue::Flag(true));
-        let number = |value| match value {
-            ReadValue::Number(n) => n,
-            ReadValue::Flag(_) => f32::NAN,
-        };
+        let mut values = Values(values.iter());
         let mut read: Vec<DeviceStepRead> = Vec::with_capacity(count);
         let mut overflowed: Vec<Vec<String>> = Vec::with_capacity(count);
         for step in &self.steps[..count] {
             let finite = match step.finite {
-                Some(_) => flag(next(true, "finiteness flag")?),
+                Some(_) => values.flag("finiteness flag")?,
                 None => true,
             };
             let loss = match step.loss {
-                Some(_) => Some(number(next(false, "loss")?)),
+                Some(_) => Some(values.number("loss")?),
                 None => None,
             };
             read.push((finite, loss));
             let mut params = Vec::new();
             for (path, _) in &step.overflowed {
-                if flag(next(true, "overflow flag")?) {
+                if values.flag("overflow flag")? {
                     params.push(path.clone());
                 }
             }
             overflowed.push(params);
         }
         let device_scale = match count == self.steps.len() {
-            true => Some(number(next(false, "scale")?)),
+            true => Some(values.number("scale")?),
             false => None,
         };
         self.steps.drain(..count);
@@ -374,6 +359,35 @@ impl<Flag, Loss> PendingSteps<Flag, Loss> {
             None => Ok(outcomes),
         }
     }
+}
+
+/// The values of a read, taken in [`PendingSteps::plan`]'s order, each of the kind expected.
+struct Values<'a>(std::slice::Iter<'a, ReadValue>);
+
+impl Values<'_> {
+    fn next(&mut self, what: &str) -> Result<ReadValue, SettleError> {
+        self.0.next().copied().ok_or_else(|| {
+            SettleError::UnexpectedRead(format!("the read returned too few values: no {what}"))
+        })
+    }
+
+    fn flag(&mut self, what: &str) -> Result<bool, SettleError> {
+        match self.next(what)? {
+            ReadValue::Flag(flag) => Ok(flag),
+            other => Err(unexpected(what, other)),
+        }
+    }
+
+    fn number(&mut self, what: &str) -> Result<f32, SettleError> {
+        match self.next(what)? {
+            ReadValue::Number(number) => Ok(number),
+            other => Err(unexpected(what, other)),
+        }
+    }
+}
+
+fn unexpected(what: &str, read: ReadValue) -> SettleError {
+    SettleError::UnexpectedRead(format!("expected the {what}, read {read:?}"))
 }
 
 /// Per parameter, one flag for all its shards: the first shard's place, the flags combined by

@@ -9,9 +9,8 @@ use burn::module::{AutodiffModule, ModuleMapper, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, FloatDType, Tensor, Transaction};
-use hashbrown::HashMap;
-
 use burn_mpric_core::optim::{Cohorts, StepCohorts};
+use hashbrown::HashMap;
 
 use super::rules::DeviceRule;
 use crate::dtype::float_dtype;
