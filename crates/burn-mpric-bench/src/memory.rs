@@ -260,7 +260,7 @@ pub fn peak_of(source: &MemorySource, sampling: Sampling, run: impl FnOnce(&OpHo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
 
     #[test]
     fn device_readings_keep_the_highest_lower_bound() {
@@ -282,17 +282,32 @@ mod tests {
 
     #[test]
     fn a_device_counter_is_polled_while_the_case_runs() {
+        const HIGH: u64 = 5_000;
         let level = Arc::new(AtomicU64::new(100));
+        // Set by the counter when it has returned the high level to a reader: the case holds
+        // that level until the poller (the only reader then) has seen it, however long the
+        // machine takes to schedule it, instead of sleeping and hoping.
+        let high_read = Arc::new(AtomicBool::new(false));
         let counter: DeviceCounter = {
-            let level = level.clone();
-            Arc::new(move || Ok(level.load(Ordering::Relaxed)))
+            let (level, high_read) = (level.clone(), high_read.clone());
+            Arc::new(move || {
+                let bytes = level.load(Ordering::SeqCst);
+                if bytes == HIGH {
+                    high_read.store(true, Ordering::SeqCst);
+                }
+                Ok(bytes)
+            })
         };
         let peak = peak_of(&MemorySource::Device(counter), Sampling::Polled, |sample| {
-            level.store(3_000, Ordering::Relaxed);
+            level.store(3_000, Ordering::SeqCst);
             sample();
-            level.store(5_000, Ordering::Relaxed);
-            std::thread::sleep(Duration::from_millis(20));
-            level.store(100, Ordering::Relaxed);
+            level.store(HIGH, Ordering::SeqCst);
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !high_read.load(Ordering::SeqCst) {
+                assert!(Instant::now() < deadline, "the poller never ran");
+                std::thread::yield_now();
+            }
+            level.store(100, Ordering::SeqCst);
         });
         assert!(matches!(peak, Peak::Bytes { bytes: 4_900 }), "{peak:?}");
     }
