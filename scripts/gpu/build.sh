@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the GPU kit on a machine with the Rust toolchain: the bench binary with the CUDA
-# backend, once with Burn's kernels as the workspace builds them and once with Burn's default
-# fusion and autotuning, stripped and compressed into target/gpu-kit (about 35 MB in all),
+# backend, once with Burn's kernels as the workspace builds them, once with Burn's default
+# fusion and autotuning, and once more fused with Wgpu compiled to SPIR-V (`vulkan`), stripped
+# and compressed into target/gpu-kit (about 55 MB in all),
 # small enough to travel to a GPU machine that has no Rust and no internet. run.sh runs it there.
 #
 #   scripts/gpu/build.sh            # CUDA 13.0 driver (CUDARC_CUDA_VERSION=13000)
@@ -22,6 +23,9 @@ build() { # <name> <features>
 }
 build bare cuda
 build fused cuda,fusion
+# Burn's Wgpu compiled to SPIR-V (one compiler per build: this binary's Wgpu rows are `vulkan`),
+# fused as users build it: Vulkan's cooperative matrices and bf16 where the driver has them.
+build vulkan cuda,fusion,vulkan
 cp scripts/gpu/run.sh "$kit/"
 git rev-parse HEAD >"$kit/commit"
 du -sh "$kit"/*

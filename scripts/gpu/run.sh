@@ -47,7 +47,14 @@ step() { # <name> <seconds> <binary> <args...>: skipped once the budget is spent
 } >"$out/machine.txt"
 bare=$(unpack bare)
 fused=$(unpack fused)
+vulkan=$(unpack vulkan)
 
+# Cross-vendor matrix units: the mixed matmul up to 8192 and the training steps on SPIR-V
+# (`vulkan`) beside WGSL (`wgpu`, the fused binary) and CUDA, each against its own f32 rows;
+# mixed bf16 runs on SPIR-V where the driver has bf16 (WGSL never does).
+step vulkan 100 "$vulkan" --backend vulkan --backend cuda --workload matmul \
+  --workload transformer_block_step --workload mlp_step --full --seconds-per-group 2
+step wgsl-matmul 60 "$fused" --backend wgpu --workload matmul --full --seconds-per-group 2
 # The steps the cost model predicts (BENCHMARKS.md 2026-12-07: the transformer block, the
 # activation-heavy step and the MLP on bare CUDA and Wgpu), then where the mixed transformer
 # step spends its time op by op (0.21) and kernel by kernel (0.22): the per-op times the

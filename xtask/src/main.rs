@@ -132,6 +132,20 @@ fn check() -> Result<(), String> {
             .concat(),
         )?;
     }
+    // `backend = "vulkan"` in a recipe: `mpric devices` and the quickstart trained on SPIR-V.
+    cargo(&[
+        "test",
+        "-p",
+        "burn-mpric-train",
+        "--features",
+        "vulkan",
+        "--test",
+        "cli",
+        "--",
+        "backends::",
+    ])?;
+    // `MixedPrecision<Metal>` cannot run off Apple hardware; it must still build.
+    cargo(&["check", "-p", "burn-mpric", "--features", "metal"])?;
     // A new user's project outside the workspace: each edition's quick start from README.md
     // on the packaged crates.
     user_project::check(root, &workspace)?;
@@ -174,13 +188,17 @@ fn bench(args: &[String]) -> Result<(), String> {
     let mut cmd: Vec<String> = ["run", "--release", "-p", "burn-mpric-bench"]
         .map(String::from)
         .to_vec();
-    let cuda = args
-        .windows(2)
-        .any(|w| w[0] == "--backend" && w[1] == "cuda")
-        || args.iter().any(|a| a == "--backend=cuda");
+    // A backend the default build lacks is a feature of the bench's: CUDA, and Burn's Wgpu
+    // compiled to SPIR-V (`vulkan`) or MSL (`metal`), one compiler per build.
+    let backend = |name: &str| {
+        args.windows(2).any(|w| w[0] == "--backend" && w[1] == name)
+            || args.iter().any(|a| *a == format!("--backend={name}"))
+    };
     let fusion = args.iter().any(|a| a == "--fusion");
-    let features: Vec<&str> = [(cuda, "cuda"), (fusion, "fusion")]
+    let features: Vec<&str> = ["cuda", "vulkan", "metal"]
         .into_iter()
+        .map(|name| (backend(name), name))
+        .chain([(fusion, "fusion")])
         .filter_map(|(on, feature)| on.then_some(feature))
         .collect();
     if !features.is_empty() {

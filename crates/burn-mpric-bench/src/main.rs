@@ -5,7 +5,7 @@
 //! ratio to f32, peak memory, numeric error against f32. Writes `report.md`, `report.json` and
 //! `report.svg` to `--out` (default `target/bench`).
 //!
-//! `cargo xtask bench [--full] [--backend flex|wgpu|cuda] [--workload NAME]`; `--profile` and
+//! `cargo xtask bench [--full] [--backend flex|wgpu|vulkan|metal|cuda] [--workload NAME]`; `--profile` and
 //! `--optimizer` run their own comparisons instead (`profile.rs`, `optimizer.rs`).
 
 mod adapter;
@@ -52,10 +52,55 @@ static ALLOC: CountingAlloc = CountingAlloc;
 enum BackendKind {
     /// Burn's CPU backend; always available.
     Flex,
-    /// Wgpu (Vulkan, Metal, DX12); when an adapter exists.
+    /// Wgpu (Vulkan, Metal, DX12) with kernels compiled to WGSL; when an adapter exists.
     Wgpu,
+    /// Wgpu on Vulkan with kernels compiled to SPIR-V; only in a binary built with
+    /// `--features vulkan` (whose Wgpu is this one: one compiler per build).
+    Vulkan,
+    /// Wgpu on Metal with kernels compiled to MSL; only in a binary built with
+    /// `--features metal`, on Apple GPUs.
+    Metal,
     /// CUDA; only in a binary built with `--features cuda`.
     Cuda,
+}
+
+impl BackendKind {
+    /// The name of the rows of Burn's Wgpu, from the compiler its backend name says it
+    /// used (`cubecl<wgpu<spirv>>`): a build with the `vulkan` feature compiles to SPIR-V on
+    /// Vulkan adapters and to WGSL elsewhere.
+    fn of_wgpu(backend_name: &str) -> Self {
+        if backend_name.contains("spirv") {
+            Self::Vulkan
+        } else if backend_name.contains("msl") {
+            Self::Metal
+        } else {
+            Self::Wgpu
+        }
+    }
+
+    /// The name in reports and on the command line.
+    fn name(self) -> &'static str {
+        match self {
+            Self::Flex => "flex",
+            Self::Wgpu => "wgpu",
+            Self::Vulkan => "vulkan",
+            Self::Metal => "metal",
+            Self::Cuda => "cuda",
+        }
+    }
+
+    /// Whether this binary can run it at all, and how to build one that can.
+    fn not_built(self) -> Option<&'static str> {
+        match self {
+            Self::Vulkan if !cfg!(feature = "vulkan") => Some(
+                "this binary was built without the `vulkan` feature (cargo xtask bench --backend vulkan builds it)",
+            ),
+            Self::Metal if !cfg!(feature = "metal") => Some(
+                "this binary was built without the `metal` feature (cargo xtask bench --backend metal builds it)",
+            ),
+            _ => None,
+        }
+    }
 }
 
 /// The burn-mpric benchmark suite: bare backend vs MixedPrecision (identity, f16, bf16).
@@ -514,21 +559,32 @@ fn main() -> ExitCode {
             flex_threads(),
         );
     }
+    // Burn's one Wgpu type, named after the compiler this build gives it.
+    let wgpu_kinds = [BackendKind::Wgpu, BackendKind::Vulkan, BackendKind::Metal];
+    for kind in wgpu_kinds {
+        if let Some(why) = kind
+            .not_built()
+            .filter(|_| wanted(kind) && !args.backend.is_empty())
+        {
+            skipped(&mut out, kind.name(), why.into());
+        }
+    }
+    let wgpu_wanted = wgpu_kinds.into_iter().any(&wanted);
     // Asked once, before any wgpu device is started: cubecl panics without an adapter.
-    let no_wgpu = if wanted(BackendKind::Wgpu) {
+    let no_wgpu = if wgpu_wanted {
         adapter::wgpu_unavailable()
     } else {
         None
     };
     if let Some(why) = &no_wgpu {
         skipped(&mut out, "wgpu", why.clone());
-    } else if wanted(BackendKind::Wgpu) {
+    } else if wgpu_wanted {
         type W = burn::backend::Wgpu;
         let device = WgpuDevice::default();
         match probe::<W>(&device) {
-            Ok(name) => run_on(
+            Ok(name) if wanted(BackendKind::of_wgpu(&name)) => run_on(
                 Setup::<W> {
-                    name: "wgpu",
+                    name: BackendKind::of_wgpu(&name).name(),
                     device: device.clone(),
                     memory: cubecl_memory::<WgpuRuntime>(device.clone()),
                     sizes: gpu_sizes(args.full),
@@ -539,6 +595,20 @@ fn main() -> ExitCode {
                 name,
                 wgpu_threads(&device),
             ),
+            Ok(name) => {
+                for kind in wgpu_kinds
+                    .into_iter()
+                    .filter(|&k| wanted(k) && k.not_built().is_none())
+                {
+                    skipped(
+                        &mut out,
+                        kind.name(),
+                        format!(
+                            "this binary's Wgpu runs {name} on this adapter: one compiler per build"
+                        ),
+                    );
+                }
+            }
             Err(why) => skipped(
                 &mut out,
                 "wgpu",

@@ -79,7 +79,7 @@ pub struct CastGroup {
 /// edition's kernels (`profile022::Profile022`).
 #[derive(Debug, Clone, Serialize)]
 pub struct BackendProfile<V = VariantProfile> {
-    /// `flex`, `wgpu` or `cuda` (`wgpu (burn 0.22)`, ... for the 0.22 edition).
+    /// `flex`, `wgpu`, `vulkan`, `metal` or `cuda` (`wgpu (burn 0.22)`, ... for the 0.22 edition).
     pub backend: String,
     /// The model and its sizes.
     pub spec: String,

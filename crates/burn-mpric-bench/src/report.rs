@@ -29,7 +29,7 @@ pub struct Machine {
 /// A backend the run considered.
 #[derive(Debug, Clone, Serialize)]
 pub struct BackendInfo {
-    /// `flex`, `wgpu` or `cuda`.
+    /// `flex`, `wgpu`, `vulkan`, `metal` or `cuda`.
     pub name: String,
     /// Whether it ran.
     pub ran: bool,

@@ -33,7 +33,7 @@ pub struct Sizes {
 
 /// A backend to run the suite on.
 pub struct Setup<I: Backend> {
-    /// `flex`, `wgpu` or `cuda`.
+    /// `flex`, `wgpu`, `vulkan`, `metal` or `cuda`.
     pub name: &'static str,
     /// The inner backend's device.
     pub device: I::Device,

@@ -32,9 +32,10 @@ pub trait BackendTask {
 
 /// Runs `task` on the backend and device a recipe names.
 ///
-/// Device indices: the CPU backends have one device (0); for wgpu, 0 is the default adapter
-/// and n ≥ 1 the n-th discrete GPU; for cuda, the GPU index.
+/// Device indices: the CPU backends have one device (0); for wgpu, vulkan and metal, 0 is the
+/// default adapter and n ≥ 1 the n-th discrete GPU; for cuda, the GPU index.
 pub fn dispatch<T: BackendTask>(spec: &BackendConfig, task: T) -> Result<T::Output, RecipeError> {
+    check_built(spec.name)?;
     let indices = spec.device_list();
     let field = if spec.devices.is_some() {
         "backend.devices"
@@ -49,6 +50,17 @@ pub fn dispatch<T: BackendTask>(spec: &BackendConfig, task: T) -> Result<T::Outp
         )),
     };
     let all = |device| vec![device; indices.len()];
+    let wgpu_devices = || {
+        indices
+            .iter()
+            .map(|i| {
+                wgpu_device(*i).map_err(|e| match e.field.as_str() {
+                    "backend.device" => RecipeError::new(field, e.message),
+                    _ => e,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+    };
     match spec.name {
         BackendName::Flex => {
             cpu_only(spec.name)?;
@@ -61,18 +73,9 @@ pub fn dispatch<T: BackendTask>(spec: &BackendConfig, task: T) -> Result<T::Outp
                 spec.name,
             ))
         }
-        BackendName::Wgpu => {
-            let devices = indices
-                .iter()
-                .map(|i| {
-                    wgpu_device(*i).map_err(|e| match e.field.as_str() {
-                        "backend.device" => RecipeError::new(field, e.message),
-                        _ => e,
-                    })
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(task.run_on::<burn::backend::Wgpu>(devices, spec.name))
-        }
+        BackendName::Wgpu => Ok(task.run_on::<burn::backend::Wgpu>(wgpu_devices()?, spec.name)),
+        BackendName::Vulkan => vulkan(wgpu_devices()?, task),
+        BackendName::Metal => metal(wgpu_devices()?, task),
         BackendName::Cuda => cuda(spec, task),
     }
 }
@@ -84,16 +87,7 @@ fn wgpu_device(index: usize) -> Result<burn::backend::wgpu::WgpuDevice, RecipeEr
     use burn::backend::wgpu::WgpuDevice;
     use wgpu::DeviceType;
 
-    // The backends cubecl uses (Vulkan, Metal, DX12); GL is left out, its EGL probe prints
-    // to stderr on machines without a display.
-    let mut descriptor = wgpu::InstanceDescriptor::new_without_display_handle();
-    descriptor.backends = wgpu::Backends::PRIMARY;
-    let instance = wgpu::Instance::new(descriptor);
-    let adapters: Vec<wgpu::AdapterInfo> =
-        cubecl::future::block_on(instance.enumerate_adapters(wgpu::Backends::PRIMARY))
-            .iter()
-            .map(|adapter| adapter.get_info())
-            .collect();
+    let adapters = crate::devices::list();
     if adapters.is_empty() {
         return Err(RecipeError::new(
             "backend.name",
@@ -137,10 +131,90 @@ fn cuda<T: BackendTask>(spec: &BackendConfig, task: T) -> Result<T::Output, Reci
 
 #[cfg(not(feature = "cuda"))]
 fn cuda<T: BackendTask>(_spec: &BackendConfig, _task: T) -> Result<T::Output, RecipeError> {
-    Err(RecipeError::new(
+    Err(not_built(BackendName::Cuda))
+}
+
+/// Burn's Wgpu compiled to SPIR-V: the same type as `Wgpu` (the compiler is chosen per build).
+#[cfg(feature = "vulkan")]
+fn vulkan<T: BackendTask>(
+    devices: Vec<burn::backend::wgpu::WgpuDevice>,
+    task: T,
+) -> Result<T::Output, RecipeError> {
+    Ok(task.run_on::<burn::backend::Vulkan>(devices, BackendName::Vulkan))
+}
+
+#[cfg(not(feature = "vulkan"))]
+fn vulkan<T: BackendTask>(
+    _devices: Vec<burn::backend::wgpu::WgpuDevice>,
+    _task: T,
+) -> Result<T::Output, RecipeError> {
+    Err(not_built(BackendName::Vulkan))
+}
+
+/// Burn's Wgpu compiled to MSL, on Apple GPUs.
+#[cfg(feature = "metal")]
+fn metal<T: BackendTask>(
+    devices: Vec<burn::backend::wgpu::WgpuDevice>,
+    task: T,
+) -> Result<T::Output, RecipeError> {
+    Ok(task.run_on::<burn::backend::Metal>(devices, BackendName::Metal))
+}
+
+#[cfg(not(feature = "metal"))]
+fn metal<T: BackendTask>(
+    _devices: Vec<burn::backend::wgpu::WgpuDevice>,
+    _task: T,
+) -> Result<T::Output, RecipeError> {
+    Err(not_built(BackendName::Metal))
+}
+
+/// The backends this build of `mpric` runs, in the order the recipe help lists them.
+pub(crate) fn built_backends() -> Vec<BackendName> {
+    [
+        (BackendName::Flex, true),
+        (BackendName::NdArray, true),
+        (BackendName::Wgpu, true),
+        (BackendName::Vulkan, cfg!(feature = "vulkan")),
+        (BackendName::Metal, cfg!(feature = "metal")),
+        (BackendName::Cuda, cfg!(feature = "cuda")),
+    ]
+    .into_iter()
+    .filter_map(|(name, built)| built.then_some(name))
+    .collect()
+}
+
+/// Refuses a backend this build of `mpric` was compiled without, with the feature and the
+/// command that builds it.
+pub(crate) fn check_built(name: BackendName) -> Result<(), RecipeError> {
+    if built_backends().contains(&name) {
+        Ok(())
+    } else {
+        Err(not_built(name))
+    }
+}
+
+/// The error for a backend this build of `mpric` was compiled without: the feature and the
+/// command that builds it.
+fn not_built(name: BackendName) -> RecipeError {
+    let built: Vec<String> = built_backends().iter().map(ToString::to_string).collect();
+    RecipeError::new(
         "backend.name",
-        "`cuda` needs the `cuda` cargo feature of burn-mpric-train (cargo run --release -p burn-mpric-train --features cuda --bin mpric -- ...); accepted in this build: flex, ndarray, wgpu",
-    ))
+        format!(
+            "`{name}` needs the `{name}` cargo feature of burn-mpric-train (cargo run --release -p burn-mpric-train --features {name} --bin mpric -- ...); accepted in this build: {}",
+            built.join(", ")
+        ),
+    )
+}
+
+/// The compiler a backend name promises, as cubecl names it in the backend's name
+/// (`cubecl<wgpu<spirv>>`): a Vulkan or Metal run on an adapter of another graphics API
+/// would compile to WGSL without a word.
+fn promised_compiler(backend: BackendName) -> Option<&'static str> {
+    match backend {
+        BackendName::Vulkan => Some("spirv"),
+        BackendName::Metal => Some("msl"),
+        _ => None,
+    }
 }
 
 /// Device start-up can panic inside a backend (no adapter, no driver); the panic hook is
@@ -157,17 +231,21 @@ pub fn mp_device<B: Backend>(
 ) -> Result<MpDevice<B>, RecipeError> {
     let settings = settings.into();
     let policy = settings.policy();
-    let _guard = START_LOCK
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
-    let result = catch_unwind(AssertUnwindSafe(|| {
-        MixedPrecision::<B>::device(inner, settings)
-    }));
-    std::panic::set_hook(hook);
+    let inner_for_name = inner.clone();
+    let result = start_guarded(|| MixedPrecision::<B>::device(inner, settings));
     match result {
-        Ok(Ok(device)) => Ok(device),
+        Ok(Ok(device)) => match promised_compiler(backend) {
+            Some(compiler) if !B::name(&inner_for_name).contains(compiler) => {
+                Err(RecipeError::new(
+                    "backend.name",
+                    format!(
+                        "`{backend}` compiles kernels to {compiler}, but this adapter runs {}: {backend} needs a {backend} adapter (`mpric devices` lists them); use backend `wgpu`",
+                        B::name(&inner_for_name)
+                    ),
+                ))
+            }
+            _ => Ok(device),
+        },
         Ok(Err(PolicyError::UnsupportedByDevice {
             slot,
             dtype,
@@ -184,19 +262,32 @@ pub fn mp_device<B: Backend>(
             ))
         }
         Ok(Err(err)) => Err(RecipeError::new("policy", err.to_string())),
-        Err(panic) => {
-            let message = panic
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| panic.downcast_ref::<&str>().copied())
-                .unwrap_or("unknown failure");
-            let message = message.lines().next().unwrap_or_default();
-            Err(RecipeError::new(
-                "backend.name",
-                format!("{backend} could not start its device: {message}"),
-            ))
-        }
+        Err(message) => Err(RecipeError::new(
+            "backend.name",
+            format!("{backend} could not start its device: {message}"),
+        )),
     }
+}
+
+/// Runs `start` (a device start-up, which can panic inside a backend: no adapter, no driver)
+/// with the panic hook silenced, one start-up at a time; a panic becomes the first line of
+/// its message.
+pub(crate) fn start_guarded<T>(start: impl FnOnce() -> T) -> Result<T, String> {
+    let _guard = START_LOCK
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let result = catch_unwind(AssertUnwindSafe(start));
+    std::panic::set_hook(hook);
+    result.map_err(|panic| {
+        let message = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("unknown failure");
+        message.lines().next().unwrap_or_default().to_string()
+    })
 }
 
 /// Starts a device of the backend with `policy` and returns the policy as it resolves there

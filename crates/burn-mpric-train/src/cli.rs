@@ -1,4 +1,4 @@
-//! The `mpric` command line: `train`, `launch`, `check`, `policy`, `audit`, and, after
+//! The `mpric` command line: `train`, `launch`, `check`, `policy`, `audit`, `devices`, and, after
 //! training, `evaluate`, `predict` and `export` (`cli/after_training.rs`).
 
 mod after_training;
@@ -56,6 +56,17 @@ pub(crate) enum Command {
     /// Write a trained model's weights as safetensors (f32, f16 or bf16) with a JSON
     /// sidecar: the recipe, the forward pass, labels and standardization.
     Export(after_training::ExportArgs),
+    /// List the GPU adapters and, for each, the `[backend] device` that selects it, the
+    /// kernel compiler of this build (WGSL, SPIR-V, MSL), its dtypes and its matrix units.
+    Devices(DevicesArgs),
+}
+
+/// `mpric devices`.
+#[derive(Debug, Args)]
+pub(crate) struct DevicesArgs {
+    /// Print the adapters as JSON instead of the report.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// `mpric audit`.
@@ -279,6 +290,17 @@ pub(crate) fn run(cli: Cli) -> Result<(), Error> {
         }
         Command::Export(args) => {
             emit(&after_training::run_export(&args)?);
+            Ok(())
+        }
+        Command::Devices(args) => {
+            let adapters = crate::devices::adapters();
+            if args.json {
+                let json = serde_json::to_string_pretty(&adapters)
+                    .map_err(|e| Error::Input(format!("devices as JSON: {e}")))?;
+                emit(&format!("{json}\n"));
+            } else {
+                emit(&crate::devices::report(&adapters));
+            }
             Ok(())
         }
         Command::Audit(args) => {

@@ -32,6 +32,7 @@ mod backend;
 pub mod checkpoint;
 pub mod cli;
 mod data;
+mod devices;
 mod digest;
 mod error;
 pub mod infer;

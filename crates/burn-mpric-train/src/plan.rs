@@ -92,6 +92,8 @@ impl Plan {
     pub fn in_folder(recipe: Recipe, label: &str, base: PathBuf) -> Result<Self, Error> {
         let in_file = |err: RecipeError| err.in_file(label);
         recipe.validate().map_err(in_file)?;
+        // Before anything is read or written: a backend this build lacks cannot run the recipe.
+        crate::backend::check_built(recipe.backend.name).map_err(in_file)?;
         let data =
             Dataset::load(&recipe.dataset, &recipe.model, recipe.seed, &base).map_err(in_file)?;
         data.check_batch_size(recipe.batch_size).map_err(in_file)?;

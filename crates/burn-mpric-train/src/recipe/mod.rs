@@ -189,8 +189,15 @@ pub enum BackendName {
     #[serde(rename = "ndarray")]
     #[value(name = "ndarray")]
     NdArray,
-    /// wgpu (Vulkan, Metal, DX12; f32 and f16 where the adapter has it).
+    /// wgpu (Vulkan, Metal, DX12; f32 and f16 where the adapter has it), its kernels
+    /// compiled to WGSL (to SPIR-V on Vulkan in a build with the `vulkan` feature).
     Wgpu,
+    /// wgpu on Vulkan with kernels compiled to SPIR-V: Vulkan's cooperative matrices (tensor
+    /// cores) and bf16 where the driver offers them (needs the crate's `vulkan` feature).
+    Vulkan,
+    /// wgpu on Metal with kernels compiled to MSL, Apple GPUs only (needs the crate's `metal`
+    /// feature).
+    Metal,
     /// CUDA (needs the crate's `cuda` feature).
     Cuda,
 }
@@ -201,6 +208,8 @@ impl fmt::Display for BackendName {
             BackendName::Flex => "flex",
             BackendName::NdArray => "ndarray",
             BackendName::Wgpu => "wgpu",
+            BackendName::Vulkan => "vulkan",
+            BackendName::Metal => "metal",
             BackendName::Cuda => "cuda",
         })
     }
@@ -216,11 +225,11 @@ impl fmt::Display for BackendName {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BackendConfig {
-    /// `flex` (default), `ndarray`, `wgpu` or `cuda`.
+    /// `flex` (default), `ndarray`, `wgpu`, `vulkan`, `metal` or `cuda`.
     #[serde(default = "default_backend")]
     pub name: BackendName,
-    /// Device index: 0 for the CPU backends; for wgpu 0 is the default adapter and n ≥ 1
-    /// the n-th discrete GPU; for cuda the GPU index.
+    /// Device index: 0 for the CPU backends; for wgpu, vulkan and metal 0 is the default
+    /// adapter and n ≥ 1 the n-th discrete GPU; for cuda the GPU index.
     #[serde(default)]
     pub device: usize,
     /// Several devices for data-parallel training (see [`Strategy`]), the first one the main
@@ -987,7 +996,7 @@ pub(super) fn field_help(field: &str) -> Option<Help> {
             "name = \"flex\" under [backend]",
         ),
         "backend.name" => help(
-            one_of(&["flex", "ndarray", "wgpu", "cuda"]),
+            one_of(&["flex", "ndarray", "wgpu", "vulkan", "metal", "cuda"]),
             "name = \"wgpu\" under [backend]",
         ),
         "backend.device" => help(

@@ -618,7 +618,7 @@ fn serde_and_toml_failures_are_told_in_the_recipes_words() {
             seed("backend = { name = \"tpu\" }"),
             &[
                 "backend.name: ",
-                "`flex`, `ndarray`, `wgpu` or `cuda`",
+                "`flex`, `ndarray`, `wgpu`, `vulkan`, `metal` or `cuda`",
                 "e.g. name = \"wgpu\" under [backend]",
             ],
         ),
