@@ -582,23 +582,13 @@ fn main() -> ExitCode {
         type W = burn::backend::Wgpu;
         let device = WgpuDevice::default();
         match probe::<W>(&device) {
-            Ok(name) if wanted(BackendKind::of_wgpu(&name)) => run_on(
-                Setup::<W> {
-                    name: BackendKind::of_wgpu(&name).name(),
-                    device: device.clone(),
-                    memory: cubecl_memory::<WgpuRuntime>(device.clone()),
-                    sizes: gpu_sizes(args.full),
-                    budget: budget(&args),
-                },
-                &workloads,
-                &mut out,
-                name,
-                wgpu_threads(&device),
-            ),
             Ok(name) => {
+                let ran = BackendKind::of_wgpu(&name);
+                // The other compilers asked for (and built) cannot run in this binary.
                 for kind in wgpu_kinds
                     .into_iter()
-                    .filter(|&k| wanted(k) && k.not_built().is_none())
+                    .filter(|&k| k != ran && wanted(k) && k.not_built().is_none())
+                    .filter(|_| !args.backend.is_empty())
                 {
                     skipped(
                         &mut out,
@@ -606,6 +596,21 @@ fn main() -> ExitCode {
                         format!(
                             "this binary's Wgpu runs {name} on this adapter: one compiler per build"
                         ),
+                    );
+                }
+                if wanted(ran) {
+                    run_on(
+                        Setup::<W> {
+                            name: ran.name(),
+                            device: device.clone(),
+                            memory: cubecl_memory::<WgpuRuntime>(device.clone()),
+                            sizes: gpu_sizes(args.full),
+                            budget: budget(&args),
+                        },
+                        &workloads,
+                        &mut out,
+                        name,
+                        wgpu_threads(&device),
                     );
                 }
             }
@@ -765,6 +770,30 @@ mod tests {
     fn dates() {
         assert_eq!(utc(0), "1970-01-01 00:00");
         assert_eq!(utc(951_782_400 + 3_660), "2000-02-29 01:01");
+    }
+
+    #[test]
+    fn wgpu_rows_are_named_after_the_compiler_that_ran() {
+        assert_eq!(
+            BackendKind::of_wgpu("cubecl<wgpu<spirv>>"),
+            BackendKind::Vulkan
+        );
+        assert_eq!(
+            BackendKind::of_wgpu("cubecl<wgpu<msl>>"),
+            BackendKind::Metal
+        );
+        assert_eq!(
+            BackendKind::of_wgpu("cubecl<wgpu<wgsl>>"),
+            BackendKind::Wgpu
+        );
+        let args = Args::try_parse_from(["mpric-bench", "--backend", "vulkan"]).unwrap();
+        assert_eq!(args.backend, vec![BackendKind::Vulkan]);
+        // This binary names the feature a compiler needs, exactly when it lacks it.
+        assert_eq!(
+            BackendKind::Vulkan.not_built().is_some(),
+            !cfg!(feature = "vulkan")
+        );
+        assert!(BackendKind::Wgpu.not_built().is_none());
     }
 
     #[test]

@@ -291,14 +291,17 @@ pub(crate) fn start_guarded<T>(start: impl FnOnce() -> T) -> Result<T, String> {
 }
 
 /// Starts a device of the backend with `policy` and returns the policy as it resolves there
-/// (`half` becomes f16 or bf16): what `mpric check` and `mpric policy` ask of a backend.
+/// (`half` becomes f16 or bf16) and the backend's own name, which says what its kernels are
+/// compiled to (`cubecl<wgpu<spirv>>`): what `mpric check` and `mpric policy` ask of a
+/// backend.
 pub struct ResolvePolicy(pub Policy);
 
 impl BackendTask for ResolvePolicy {
-    type Output = Result<ResolvedPolicy, RecipeError>;
+    type Output = Result<(ResolvedPolicy, String), RecipeError>;
 
     fn run<B: Backend>(self, device: B::Device, backend: BackendName) -> Self::Output {
-        mp_device::<B>(device, self.0, backend).map(|d| d.policy())
+        let name = device.clone();
+        mp_device::<B>(device, self.0, backend).map(|d| (d.policy(), B::name(&name)))
     }
 }
 
@@ -369,8 +372,12 @@ mod tests {
             device: 0,
             devices: None,
         };
-        let resolved = dispatch(&spec, ResolvePolicy("c=half".parse().unwrap()))??;
+        let (resolved, name) = dispatch(&spec, ResolvePolicy("c=half".parse().unwrap()))??;
         assert_eq!(resolved.to_string(), "p=f32,c=bf16,o=bf16");
+        assert_eq!(
+            name,
+            <burn::backend::Flex as burn::tensor::backend::Backend>::name(&Default::default())
+        );
         Ok(())
     }
 }

@@ -496,14 +496,18 @@ fn explain_policy(args: &PolicyArgs) -> Result<(), Error> {
         device: args.device,
         devices: None,
     };
-    let resolved = dispatch(&spec, ResolvePolicy(policy))
+    let (resolved, kernels) = dispatch(&spec, ResolvePolicy(policy))
         .and_then(|r| r)
         .map_err(|e| Error::Usage(e.to_string()))?;
     use std::fmt::Write;
     let mut o = String::new();
     let _ = writeln!(o, "policy:  {resolved}");
     let _ = writeln!(o, "as written: {}", args.text);
-    let _ = writeln!(o, "backend: {} device {}", args.backend, args.device);
+    let _ = writeln!(
+        o,
+        "backend: {} device {} ({kernels})",
+        args.backend, args.device
+    );
     let (param, compute, output) = resolved.dtypes();
     let _ = writeln!(o, "param dtype:   {}", dtype_name(param));
     let _ = writeln!(o, "compute dtype: {}", dtype_name(compute));

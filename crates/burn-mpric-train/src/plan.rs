@@ -146,11 +146,15 @@ impl Plan {
     /// ```
     pub fn check_backend(&self) -> Result<BackendCheck, Error> {
         let in_file = |err: RecipeError| err.in_file(&self.label);
-        let policy = dispatch(&self.recipe.backend, ResolvePolicy(self.recipe.policy))
+        let (policy, backend) = dispatch(&self.recipe.backend, ResolvePolicy(self.recipe.policy))
             .and_then(|r| r)
             .map_err(in_file)?;
         let scaler = self.scaler(policy).map_err(in_file)?;
-        Ok(BackendCheck { policy, scaler })
+        Ok(BackendCheck {
+            policy,
+            scaler,
+            backend,
+        })
     }
 
     /// The loss scaler of a fresh run under the resolved `policy`.
@@ -207,9 +211,10 @@ impl Plan {
             ),
             format!("dataset:    {}", self.data.describe()),
             format!(
-                "backend:    {} {}{}, policy {policy}{}",
+                "backend:    {} {} ({}){}, policy {policy}{}",
                 r.backend.name,
                 r.backend.describe_devices(),
+                check.backend,
                 if r.backend.device_list().len() > 1 {
                     format!(
                         ", strategy {}",
@@ -261,4 +266,7 @@ pub struct BackendCheck {
     pub policy: ResolvedPolicy,
     /// The loss scaler a fresh run starts with.
     pub scaler: LossScaler,
+    /// The backend's own name, which says what its kernels compile to
+    /// (`cubecl<wgpu<wgsl>>`, `cubecl<wgpu<spirv>>`).
+    pub backend: String,
 }
