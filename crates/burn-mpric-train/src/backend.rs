@@ -54,7 +54,7 @@ pub fn dispatch<T: BackendTask>(spec: &BackendConfig, task: T) -> Result<T::Outp
         indices
             .iter()
             .map(|i| {
-                wgpu_device(*i).map_err(|e| match e.field.as_str() {
+                crate::adapters::wgpu_device(*i).map_err(|e| match e.field.as_str() {
                     "backend.device" => RecipeError::new(field, e.message),
                     _ => e,
                 })
@@ -78,45 +78,6 @@ pub fn dispatch<T: BackendTask>(spec: &BackendConfig, task: T) -> Result<T::Outp
         BackendName::Metal => metal(wgpu_devices()?, task),
         BackendName::Cuda => cuda(spec, task),
     }
-}
-
-/// The wgpu device of a recipe's index, after checking that the machine has it: 0 is the
-/// default adapter, n ≥ 1 the n-th discrete GPU (as cubecl counts them). cubecl panics in a
-/// worker thread on a device that does not exist; this names what is there instead.
-fn wgpu_device(index: usize) -> Result<burn::backend::wgpu::WgpuDevice, RecipeError> {
-    use burn::backend::wgpu::WgpuDevice;
-    use wgpu::DeviceType;
-
-    let adapters = crate::devices::list();
-    if adapters.is_empty() {
-        return Err(RecipeError::new(
-            "backend.name",
-            "wgpu found no GPU adapter: no Vulkan (or Metal/DX12) driver is installed; install the GPU's driver, or mesa-vulkan-drivers for a software one, or use backend `flex`",
-        ));
-    }
-    let Some(n) = index.checked_sub(1) else {
-        return Ok(WgpuDevice::DefaultDevice);
-    };
-    let count = |kind: DeviceType| adapters.iter().filter(|a| a.device_type == kind).count();
-    // cubecl takes the n-th discrete GPU, or else the n-th adapter of type "other".
-    if n < count(DeviceType::DiscreteGpu) || n < count(DeviceType::Other) {
-        return Ok(WgpuDevice::DiscreteGpu(n));
-    }
-    let found: Vec<String> = adapters
-        .iter()
-        .map(|a| format!("{} ({:?})", a.name, a.device_type))
-        .collect();
-    let gpus = match count(DeviceType::DiscreteGpu) {
-        0 => "there is no discrete GPU".to_string(),
-        d => format!("1..={d} are the discrete GPUs"),
-    };
-    Err(RecipeError::new(
-        "backend.device",
-        format!(
-            "wgpu has no device {index}: 0 is the default adapter, {gpus}; this machine has {}",
-            found.join(", ")
-        ),
-    ))
 }
 
 #[cfg(feature = "cuda")]

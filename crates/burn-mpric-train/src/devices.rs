@@ -11,6 +11,7 @@ use burn::tensor::backend::Backend;
 use serde::Serialize;
 use wgpu::DeviceType;
 
+use crate::adapters::{default_adapter, list};
 use crate::backend::{built_backends, start_guarded};
 use crate::recipe::BackendName;
 
@@ -92,31 +93,6 @@ pub(crate) fn adapters() -> Vec<Adapter> {
             }
         })
         .collect()
-}
-
-fn instance() -> wgpu::Instance {
-    let mut descriptor = wgpu::InstanceDescriptor::new_without_display_handle();
-    descriptor.backends = wgpu::Backends::PRIMARY;
-    wgpu::Instance::new(descriptor)
-}
-
-/// The adapters wgpu lists, as cubecl's device selection sees them.
-pub(crate) fn list() -> Vec<wgpu::AdapterInfo> {
-    cubecl::future::block_on(instance().enumerate_adapters(wgpu::Backends::PRIMARY))
-        .iter()
-        .map(|adapter| adapter.get_info())
-        .collect()
-}
-
-/// The adapter `WgpuDevice::DefaultDevice` starts on: wgpu's high-performance choice.
-fn default_adapter() -> Option<wgpu::AdapterInfo> {
-    cubecl::future::block_on(instance().request_adapter(&wgpu::RequestAdapterOptions {
-        power_preference: wgpu::PowerPreference::HighPerformance,
-        force_fallback_adapter: false,
-        compatible_surface: None,
-    }))
-    .ok()
-    .map(|adapter| adapter.get_info())
 }
 
 fn capabilities(device: WgpuDevice) -> Result<Capabilities, String> {

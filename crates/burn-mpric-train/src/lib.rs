@@ -26,6 +26,7 @@
 //! stopped and resumed gives the parameters of the uninterrupted run.
 #![warn(missing_docs)]
 
+mod adapters;
 mod atomic;
 pub mod audit;
 mod backend;
