@@ -10,7 +10,7 @@ use ::mpi::topology::SimpleCommunicator;
 use ::mpi::traits::*;
 
 use crate::error::ClusterError;
-use crate::mpi::start::{MpiWorld, end_mpi};
+use crate::mpi::start::{MpiWorld, end_mpi, mark_refused};
 use crate::mpi::watchdog::{Notes, Watch, complete, watches};
 use crate::spec::RunSpec;
 use crate::transport::{Reduction, Transport, sum_in_rank_order};
@@ -22,7 +22,8 @@ impl MpiWorld {
     /// # Errors
     ///
     /// [`ClusterError::RankRefused`] on every rank, naming the first rank that differs and
-    /// the field (MPI is then finalized: every rank exits on its own);
+    /// the field (MPI stays up until [`end_mpi`](crate::end_mpi), which waits for every rank,
+    /// so that each can say why before any ends);
     /// [`ClusterError::Config`] when `spec`'s world is not the job's.
     /// A rank that never arrives aborts the job (see [`Mpi`]).
     pub fn join(self, spec: &RunSpec, reduction: Reduction) -> Result<Mpi, ClusterError> {
@@ -62,7 +63,8 @@ impl MpiWorld {
         };
         let reason = difference.unwrap_or_default().into_bytes();
         let reason = mpi.broadcast(first, &reason, deadline, "the join")?;
-        end_mpi(0);
+        // MPI ends in `end_mpi`, once this rank has said why: all ranks together.
+        mark_refused();
         Err(ClusterError::RankRefused {
             rank: first,
             reason: String::from_utf8_lossy(&reason).into_owned(),

@@ -2,6 +2,7 @@
 //! job's size from the launcher ([`MpiWorld`]), and finalized or aborted once ([`end_mpi`]).
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use ::mpi::Threading;
 use ::mpi::environment::Universe;
@@ -13,6 +14,17 @@ use crate::error::ClusterError;
 /// The MPI environment this process initialized; finalized by [`Mpi::finish`](crate::Transport::finish) or
 /// [`end_mpi`], and only once.
 static UNIVERSE: Mutex<Option<Universe>> = Mutex::new(None);
+
+/// Set by a join every rank refused ([`mark_refused`]): [`end_mpi`] then waits for every rank
+/// before it ends, rather than aborting.
+static REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// Marks this process's join as refused by every rank: each will say why and end with the
+/// refusal's exit code, and none may end before the others have said it (a launcher stops the
+/// other ranks when one ends with an error, mid-sentence).
+pub(crate) fn mark_refused() {
+    REFUSED.store(true, Ordering::SeqCst);
+}
 
 /// This process's place in an MPI job, before it joins a run: MPI initialized, rank and world
 /// known.
@@ -87,9 +99,11 @@ impl MpiWorld {
 }
 
 /// Ends MPI in this process, if it is still up: finalizes it after a clean run (`code` 0),
-/// else aborts the job with `code`, so that no other rank waits for this one. A program that
-/// initialized MPI through [`MpiWorld::init`] calls it once on the way out (the `mpric` CLI
-/// does); after [`Mpi::finish`](crate::Transport::finish) or a refused join it does nothing.
+/// else aborts the job with `code`, so that no other rank waits for this one. After a join
+/// every rank refused ([`MpiWorld::join`]'s `RankRefused`), it waits for every rank to get
+/// here, then finalizes: each has said why before any ends. A program that initialized MPI
+/// through [`MpiWorld::init`] calls it once on the way out, after reporting its error (the
+/// `mpric` CLI does); after [`Mpi::finish`](crate::Transport::finish) it does nothing.
 ///
 /// ```
 /// // Outside an MPI job, or once MPI has ended, nothing happens.
@@ -98,7 +112,9 @@ impl MpiWorld {
 pub fn end_mpi(code: i32) {
     let universe = UNIVERSE.lock().unwrap_or_else(|e| e.into_inner()).take();
     if let Some(universe) = universe {
-        if code != 0 {
+        if REFUSED.swap(false, Ordering::SeqCst) {
+            universe.world().barrier();
+        } else if code != 0 {
             MpiWorld::abort(code);
         }
         drop(universe);
