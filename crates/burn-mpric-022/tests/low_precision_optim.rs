@@ -13,8 +13,8 @@ use burn::optim::{
 };
 use burn::tensor::{DType, Device, FloatDType, Tensor, TensorData};
 use burn_mpric_022::optim::{
-    HeldBytes, LowPrecisionOptimizer, LowPrecisionState, MasterWeights, OptimizerPrecision,
-    RoundingStream, StateDtype, held_bytes, stochastic_round,
+    DrawKeys, DrawSource, HeldBytes, LowPrecisionOptimizer, LowPrecisionState, MasterWeights,
+    OptimizerPrecision, RoundingStream, StateDtype, device_uniforms, held_bytes, stochastic_round,
 };
 use burn_mpric_022::{DeviceRule, LossScaler, autocast};
 use burn_mpric_core::ResolvedPolicy;
@@ -88,15 +88,35 @@ fn the_mean_of_many_roundings_is_the_value() {
         let (below, above) = neighbours(x);
         assert!(below < x && x < above, "{x} is between {below} and {above}");
         let spacing = f64::from(above - below);
-        let uniforms = RoundingStream::new(11).uniforms(i as u64, 0, N);
-        let rounded = f32s(stochastic_round(tensor(vec![x; N]), tensor(uniforms)));
-        assert!(
-            rounded.iter().all(|&r| r == below || r == above),
-            "{x}: only the neighbours"
+        let host = tensor(RoundingStream::new(11).uniforms(i as u64, 0, N));
+        let on_device = device_uniforms(&DrawKeys::new(11, i as u64, 0), N, &flex());
+        for (source, uniforms) in [("host", host), ("device", on_device)] {
+            let rounded = f32s(stochastic_round(tensor(vec![x; N]), uniforms));
+            assert!(
+                rounded.iter().all(|&r| r == below || r == above),
+                "{x}: only the neighbours"
+            );
+            let mean = rounded.iter().map(|&r| f64::from(r)).sum::<f64>() / N as f64;
+            let bias = (mean - f64::from(x)).abs() / spacing;
+            assert!(
+                bias < 0.01,
+                "{x}, {source} draws: mean {mean}, {bias} of a spacing away"
+            );
+        }
+    }
+}
+
+/// The device makes the numbers the core computes on the host, at every length the index is
+/// built in one, two and three digits of 1024 (and past 2^15).
+#[test]
+fn device_draws_are_the_cores_numbers() {
+    let keys = DrawKeys::new(3, 5, 8);
+    for len in [1, 1023, 1024, 1025, 40_000, 1_048_577] {
+        assert_eq!(
+            f32s(device_uniforms(&keys, len, &flex())),
+            keys.uniforms(len),
+            "{len} elements"
         );
-        let mean = rounded.iter().map(|&r| f64::from(r)).sum::<f64>() / N as f64;
-        let bias = (mean - f64::from(x)).abs() / spacing;
-        assert!(bias < 0.01, "{x}: mean {mean}, {bias} of a spacing away");
     }
 }
 
@@ -358,7 +378,21 @@ fn a_run_resumed_from_the_optimizer_record_repeats_the_uninterrupted_one() {
     let device = flex();
     let policy: ResolvedPolicy = "mixed_bf16".parse().unwrap();
     let rule = DeviceSgdConfig::new().with_momentum(0.9, 0.0, false);
-    let precision = OptimizerPrecision::new(StateDtype::Bf16, MasterWeights::Kahan).with_seed(3);
+    for draws in [DrawSource::Host, DrawSource::Device] {
+        let precision = OptimizerPrecision::new(StateDtype::Bf16, MasterWeights::Kahan)
+            .with_seed(3)
+            .with_draws(draws);
+        resumed_run_repeats_the_uninterrupted_one(&device, policy, rule, precision);
+    }
+}
+
+fn resumed_run_repeats_the_uninterrupted_one(
+    device: &Device,
+    policy: ResolvedPolicy,
+    rule: DeviceSgdConfig,
+    precision: OptimizerPrecision,
+) {
+    let device = device.clone();
     let lp = LowPrecisionOptimizer::new(rule, precision).unwrap();
     let start = lp.store_params(autocast(Mlp::new(8, 16, 4, &device), policy).unwrap());
     let (x, y) = (matrix(21, 8, 8, &device), matrix(22, 8, 4, &device));
@@ -403,8 +437,9 @@ fn a_run_resumed_from_the_optimizer_record_repeats_the_uninterrupted_one() {
 }
 
 /// The state's record names its leaves as Burn's derive would (`slots.len`, `slots.0`, ...,
-/// `compensation`, `stream`, `draws`), brings each tensor back at the dtype it was saved at,
-/// and is refused when a leaf is missing.
+/// `compensation`, `stream`, `draws`, `drawn_on_device`), brings each tensor back at the dtype
+/// it was saved at, reads a record from before `drawn_on_device` as a host stream's, and is
+/// refused when another leaf is missing.
 #[test]
 fn the_state_record_round_trips_at_its_dtypes() {
     let precision = OptimizerPrecision::new(StateDtype::Bf16, MasterWeights::Kahan);
@@ -420,6 +455,7 @@ fn the_state_record_round_trips_at_its_dtypes() {
     names.sort_unstable();
     let expected = [
         "7.compensation",
+        "7.drawn_on_device",
         "7.draws",
         "7.scalars.0",
         "7.scalars.1",
@@ -430,6 +466,23 @@ fn the_state_record_round_trips_at_its_dtypes() {
         "7.stream",
     ];
     assert_eq!(names, expected);
+
+    // A record saved before the draws' source was recorded loads as a host stream's.
+    let mut before = StateSource::new(
+        sink.scalars
+            .iter()
+            .filter(|(name, _)| name.as_str() != "7.drawn_on_device")
+            .cloned()
+            .collect(),
+    );
+    for (name, data) in &sink.tensors {
+        before.insert_tensor(name.clone(), data.clone());
+    }
+    let old = LowPrecisionState::<1>::state_unflatten("7", &mut before, &Device::flex()).unwrap();
+    assert_eq!(
+        (old.stream, old.draws, old.drawn_on_device),
+        (state.stream, state.draws, None)
+    );
 
     let mut source = StateSource::new(sink.scalars.into_iter().collect());
     for (name, data) in sink.tensors {
@@ -444,9 +497,11 @@ fn the_state_record_round_trips_at_its_dtypes() {
             .chain(&s.compensation)
             .map(|t| (t.dtype(), t.to_data().as_bytes().to_vec()))
             .collect();
-        (tensors, s.stream, s.draws)
+        (tensors, s.stream, s.draws, s.drawn_on_device)
     };
     assert!(view(&back) == view(&state));
+    // Flex draws on the host unless told otherwise.
+    assert_eq!(back.drawn_on_device, Some(false));
     assert_eq!(back.bytes(), 3 * 6 + 8);
 
     let mut empty = StateSource::new(BTreeMap::new());

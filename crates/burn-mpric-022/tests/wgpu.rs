@@ -162,3 +162,22 @@ fn the_probe_and_the_audit_tell_the_causes_apart_on_wgpu() {
     let spot = found.hot_spot.as_ref().expect("a hot spot");
     assert_eq!(spot.params[0], "weight", "{found}");
 }
+
+/// Stochastic rounding's uniforms made on Wgpu, whose ints are i32: the same numbers the core
+/// computes on the host in i64 (every product of the permutation stays below 2^31), at lengths
+/// that build the index in one to three digits of 1024.
+#[test]
+fn device_draws_on_wgpu_are_the_cores_numbers() {
+    use burn_mpric_022::optim::{DrawKeys, device_uniforms};
+
+    let Some(device) = wgpu("device_draws_on_wgpu_are_the_cores_numbers") else {
+        return;
+    };
+    let keys = DrawKeys::new(9, 2, 4);
+    for len in [1, 1025, 40_000, 1_048_577] {
+        let made = device_uniforms(&keys, len, &device);
+        assert_eq!(made.dtype(), DType::F32);
+        let made: Vec<f32> = made.into_data().try_to_vec().unwrap();
+        assert_eq!(made, keys.uniforms(len), "{len} elements");
+    }
+}

@@ -38,8 +38,8 @@ pub mod scale {
 /// bytes held) and the update rules it takes, as the device path takes them too.
 pub mod optim {
     pub use crate::optim::{
-        BytesPerParameter, HeldBytes, MasterWeights, OptimizerPrecision, PrecisionError,
-        RoundingStream, StateDtype,
+        BytesPerParameter, DrawKeys, DrawSource, HeldBytes, MasterWeights, OptimizerPrecision,
+        PrecisionError, RoundingStream, StateDtype,
     };
     pub use crate::scale::{AnyDeviceRule, DeviceAdamConfig, DeviceAdamWConfig, DeviceSgdConfig};
 }

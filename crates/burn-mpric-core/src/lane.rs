@@ -70,6 +70,17 @@ pub trait IntLane<E>: Clone {
     fn add_scalar(self, value: i64) -> Self;
     /// `self - value`.
     fn sub_scalar(self, value: i64) -> Self;
+    /// Element-wise sum.
+    fn add(self, other: Self) -> Self;
+    /// Element-wise product.
+    fn mul(self, other: Self) -> Self;
+    /// Times a whole number.
+    fn mul_scalar(self, value: i64) -> Self;
+    /// Divided by a positive whole number, rounded towards zero.
+    fn div_scalar(self, value: i64) -> Self;
+    /// The remainder of the division by a positive whole number, of a value 0 or more,
+    /// exact at any size the lane's integers hold.
+    fn rem_scalar(self, value: i64) -> Self;
     /// At least `min`.
     fn clamp_min(self, min: i64) -> Self;
     /// `value` where `mask` is true, `self` elsewhere.
@@ -161,6 +172,21 @@ impl IntLane<Host> for i64 {
     fn sub_scalar(self, value: i64) -> Self {
         self - value
     }
+    fn add(self, other: Self) -> Self {
+        self + other
+    }
+    fn mul(self, other: Self) -> Self {
+        self * other
+    }
+    fn mul_scalar(self, value: i64) -> Self {
+        self * value
+    }
+    fn div_scalar(self, value: i64) -> Self {
+        self / value
+    }
+    fn rem_scalar(self, value: i64) -> Self {
+        self % value
+    }
     fn clamp_min(self, min: i64) -> Self {
         self.max(min)
     }
@@ -246,6 +272,24 @@ macro_rules! int_lane_arithmetic {
         }
         fn sub_scalar(self, value: i64) -> Self {
             Self::sub_scalar(self, value)
+        }
+        fn add(self, other: Self) -> Self {
+            Self::add(self, other)
+        }
+        fn mul(self, other: Self) -> Self {
+            Self::mul(self, other)
+        }
+        fn mul_scalar(self, value: i64) -> Self {
+            Self::mul_scalar(self, value)
+        }
+        fn div_scalar(self, value: i64) -> Self {
+            Self::div_scalar(self, value)
+        }
+        // Through the integer division rather than Burn's remainder, which on Wgpu divides in
+        // f32 (cubecl's WGSL) and is wrong above 2^24.
+        fn rem_scalar(self, value: i64) -> Self {
+            let whole = Self::div_scalar(self.clone(), value).mul_scalar(value);
+            Self::sub(self, whole)
         }
         fn clamp_min(self, min: i64) -> Self {
             Self::clamp_min(self, min)

@@ -41,7 +41,7 @@ impl<B: Backend, const D: usize> LowPrecisionState<B, D> {
     ///
     /// let device = Default::default();
     /// let moment = Tensor::<Flex, 1>::zeros([10], &device).cast(FloatDType::BF16);
-    /// let state = LowPrecisionState { slots: vec![moment], scalars: Vec::new(), compensation: None, stream: 0, draws: 0 };
+    /// let state = LowPrecisionState { slots: vec![moment], scalars: Vec::new(), compensation: None, stream: 0, draws: 0, drawn_on_device: None };
     /// assert_eq!(state.bytes(), 20);
     /// ```
     pub fn bytes(&self) -> usize {

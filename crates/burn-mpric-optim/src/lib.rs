@@ -48,6 +48,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod draws;
 mod held;
 mod optimizer;
 mod params;
@@ -56,6 +57,7 @@ mod round;
 // The precision settings and the update rules (as the device path's optimizer takes them),
 // burn-mpric-core's: the same list in both editions.
 pub use burn_mpric_core::editions::optim::*;
+pub use draws::device_uniforms;
 pub use held::held_bytes;
 pub use optimizer::{LowPrecisionOptimizer, LowPrecisionState};
 pub use params::store_params;

@@ -11,10 +11,11 @@ use burn::record::Record;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, FloatDType, Shape, Tensor, TensorData};
 use burn_mpric_core::optim::{
-    BytesPerParameter, MasterWeights, OptimizerPrecision, PrecisionError, RoundingStream,
+    BytesPerParameter, DrawKeys, MasterWeights, OptimizerPrecision, PrecisionError, RoundingStream,
 };
 use burn_mpric_scale::{BurnDType, DeviceRule};
 
+use crate::draws::{device_uniforms, on_gpu};
 use crate::params::store_params;
 use crate::round::{kahan_split, stochastic_round};
 
@@ -52,7 +53,8 @@ pub struct LowPrecisionOptimizer<R> {
 /// One parameter's state under a [`LowPrecisionOptimizer`]: the rule's per-element state
 /// tensors (Adam's moments, SGD's velocity) in the parameter's shape at the state dtype, its
 /// one-element state (Adam's betas' powers, which stand for its step count) at f32, the
-/// compensation buffer (Kahan), and the position in the rounding stream.
+/// compensation buffer (Kahan), and the position in the rounding stream and where its numbers
+/// are made.
 ///
 /// # Example
 ///
@@ -62,6 +64,7 @@ pub struct LowPrecisionOptimizer<R> {
 ///
 /// let fresh = LowPrecisionState::<Flex, 2> {
 ///     slots: Vec::new(), scalars: Vec::new(), compensation: None, stream: 3, draws: 0,
+///     drawn_on_device: Some(false),
 /// };
 /// assert_eq!(fresh.stream, 3);
 /// ```
@@ -77,6 +80,11 @@ pub struct LowPrecisionState<B: Backend, const D: usize> {
     pub stream: u64,
     /// The steps taken so far: the next draw from the stream.
     pub draws: u64,
+    /// Where the stream's numbers are made: on the device (burn-mpric-core's `DrawKeys`) or
+    /// on the host (`RoundingStream`), fixed when the state is made so that a resumed run
+    /// draws what the uninterrupted one would; `None` in a state saved before the choice
+    /// existed, which drew on the host.
+    pub drawn_on_device: Option<bool>,
 }
 
 impl<R: DeviceRule> LowPrecisionOptimizer<R> {
@@ -200,6 +208,7 @@ impl<R: DeviceRule> LowPrecisionOptimizer<R> {
             compensation: None,
             stream: self.next_stream.fetch_add(1, Ordering::Relaxed),
             draws: 0,
+            drawn_on_device: Some(self.precision.draws.on_device(on_gpu::<B>(device))),
         }
     }
 }
@@ -239,9 +248,13 @@ impl<B: Backend, R: DeviceRule> SimpleOptimizer<B> for LowPrecisionOptimizer<R> 
             .map(|slot| slot.cast(stored).reshape(shape.clone()))
             .collect();
 
+        let on_device = state.drawn_on_device.unwrap_or(false);
         let uniforms = || {
-            let draws =
-                RoundingStream::new(self.precision.seed).uniforms(state.stream, state.draws, len);
+            let (seed, stream, draw) = (self.precision.seed, state.stream, state.draws);
+            if on_device {
+                return device_uniforms::<B>(&DrawKeys::new(seed, stream, draw), len, &device);
+            }
+            let draws = RoundingStream::new(seed).uniforms(stream, draw, len);
             // At f32 whatever the device's default float dtype (a pure-bf16 policy's is bf16):
             // the draws are compared with probabilities far below bf16's spacing.
             Tensor::<B, 1>::from_data(TensorData::new(draws, [len]), (&device, DType::F32))
@@ -260,6 +273,7 @@ impl<B: Backend, R: DeviceRule> SimpleOptimizer<B> for LowPrecisionOptimizer<R> 
             compensation: compensation.map(|c| c.reshape(shape.clone())),
             stream: state.stream,
             draws: state.draws + 1,
+            drawn_on_device: Some(on_device),
         };
         (weight.reshape(shape), Some(state))
     }

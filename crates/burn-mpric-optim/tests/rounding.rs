@@ -1,12 +1,13 @@
 //! Stochastic rounding and the compensated update, on Flex: unbiased, reproducible, and neither
-//! loses the small updates that round-to-nearest bf16 loses.
+//! loses the small updates that round-to-nearest bf16 loses; with its uniforms drawn on the host
+//! or made on the device, the latter uploading nothing.
 
 use burn::backend::Flex;
 use burn::optim::SimpleOptimizer;
 use burn::tensor::{FloatDType, Tensor, TensorData};
 use burn_mpric_optim::{
-    LowPrecisionOptimizer, LowPrecisionState, MasterWeights, OptimizerPrecision, RoundingStream,
-    StateDtype, stochastic_round,
+    DrawKeys, DrawSource, LowPrecisionOptimizer, LowPrecisionState, MasterWeights,
+    OptimizerPrecision, RoundingStream, StateDtype, device_uniforms, stochastic_round,
 };
 use burn_mpric_scale::{DeviceAdamWConfig, DeviceRule, DeviceSgdConfig};
 
@@ -47,15 +48,68 @@ fn the_mean_of_many_roundings_is_the_value() {
         let (below, above) = neighbours(x);
         assert!(below < x && x < above, "{x} is between {below} and {above}");
         let spacing = f64::from(above - below);
-        let uniforms = RoundingStream::new(11).uniforms(i as u64, 0, N);
-        let rounded = f32s(stochastic_round(tensor(vec![x; N]), tensor(uniforms)));
-        assert!(
-            rounded.iter().all(|&r| r == below || r == above),
-            "{x}: only the neighbours"
+        let host = tensor(RoundingStream::new(11).uniforms(i as u64, 0, N));
+        let on_device =
+            device_uniforms::<Flex>(&DrawKeys::new(11, i as u64, 0), N, &Default::default());
+        for (source, uniforms) in [("host", host), ("device", on_device)] {
+            let rounded = f32s(stochastic_round(tensor(vec![x; N]), uniforms));
+            assert!(
+                rounded.iter().all(|&r| r == below || r == above),
+                "{x}: only the neighbours"
+            );
+            let mean = rounded.iter().map(|&r| f64::from(r)).sum::<f64>() / N as f64;
+            let bias = (mean - f64::from(x)).abs() / spacing;
+            assert!(
+                bias < 0.01,
+                "{x}, {source} draws: mean {mean}, {bias} of a spacing away"
+            );
+        }
+    }
+}
+
+/// The device makes the numbers the core computes on the host, at every length the index is
+/// built in one, two and three digits of 1024 (and past 2^15, where the permutation's high
+/// half starts to change).
+#[test]
+fn device_draws_are_the_cores_numbers() {
+    let keys = DrawKeys::new(3, 5, 8);
+    for len in [1, 1023, 1024, 1025, 40_000, 1_048_577] {
+        let made = device_uniforms::<Flex>(&keys, len, &Default::default());
+        assert_eq!(f32s(made), keys.uniforms(len), "{len} elements");
+    }
+}
+
+/// A step with device draws makes its uniforms without a single upload; with host draws it
+/// uploads them (one tensor per parameter and step). The precision's choice is kept in the
+/// parameter's state, so a resumed run draws as it did.
+#[test]
+fn device_draws_upload_nothing_and_are_kept_in_the_state() {
+    type I = burn_mpric::instrument::Instrumented<Flex>;
+    let device = Default::default();
+    for (draws, uploads, on_device) in [
+        (DrawSource::Host, 1, false),
+        (DrawSource::Device, 0, true),
+        // Flex's device is the host's memory: left to the backend, it draws on the host.
+        (DrawSource::Auto, 1, false),
+    ] {
+        let precision =
+            OptimizerPrecision::new(StateDtype::Bf16, MasterWeights::Stochastic).with_draws(draws);
+        let optim = LowPrecisionOptimizer::new(DeviceAdamWConfig::new(), precision).unwrap();
+        let weight = Tensor::<I, 1>::ones([5000], &device).cast(FloatDType::BF16);
+        let grad = Tensor::<I, 1>::full([5000], 0.25, &device);
+        let (weight, state) = optim.step(1e-3, weight, grad.clone(), None);
+        assert_eq!(state.as_ref().unwrap().drawn_on_device, Some(on_device));
+        let ((), log) = burn_mpric::instrument::record(|| {
+            let (_, state) = optim.step(1e-3, weight, grad, state);
+            assert_eq!(state.unwrap().drawn_on_device, Some(on_device));
+        });
+        let made = log.iter().filter(|op| op.op.ends_with("from_data")).count();
+        assert_eq!(
+            made,
+            uploads,
+            "{draws}: {:?}",
+            log.iter().map(|op| op.op).collect::<Vec<_>>()
         );
-        let mean = rounded.iter().map(|&r| f64::from(r)).sum::<f64>() / N as f64;
-        let bias = (mean - f64::from(x)).abs() / spacing;
-        assert!(bias < 0.01, "{x}: mean {mean}, {bias} of a spacing away");
     }
 }
 
@@ -250,4 +304,39 @@ fn the_draws_stay_f32_under_a_pure_bf16_policy() {
     let up = values.iter().filter(|&&v| v > 1.0).count() as f64 / N as f64;
     // The share's standard deviation is 1e-4.
     assert!((up - 0.999).abs() < 6e-4, "rounded up {up}");
+}
+
+/// A state saved before the draws' source was recorded, as the `mpric` CLI's checkpoints and
+/// Burn's named recorders keep it (fields by name), loads with the source unset: drawn on the
+/// host, as it was.
+#[test]
+fn a_state_saved_before_the_draws_source_loads_as_a_host_stream() {
+    use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Record, Recorder};
+    use burn::tensor::backend::Backend;
+
+    /// The state's fields before `drawn_on_device`.
+    #[derive(Record)]
+    struct Before<B: Backend> {
+        slots: Vec<Tensor<B, 1>>,
+        scalars: Vec<Tensor<B, 1>>,
+        compensation: Option<Tensor<B, 1>>,
+        stream: u64,
+        draws: u64,
+    }
+    let recorder = NamedMpkBytesRecorder::<FullPrecisionSettings>::new();
+    let before = Before::<Flex> {
+        slots: vec![tensor(vec![0.5, 0.25])],
+        scalars: vec![tensor(vec![0.9])],
+        compensation: None,
+        stream: 4,
+        draws: 12,
+    };
+    let bytes = Recorder::<Flex>::record(&recorder, before, ()).unwrap();
+    let state: LowPrecisionState<Flex, 1> =
+        Recorder::<Flex>::load(&recorder, bytes, &Default::default()).unwrap();
+    assert_eq!(
+        (state.stream, state.draws, state.drawn_on_device),
+        (4, 12, None)
+    );
+    assert_eq!(f32s(state.slots[0].clone()), vec![0.5, 0.25]);
 }

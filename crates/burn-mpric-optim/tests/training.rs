@@ -19,7 +19,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Tensor};
 use burn_mpric::{MixedPrecision, Policy};
 use burn_mpric_optim::{
-    LowPrecisionOptimizer, MasterWeights, OptimizerPrecision, StateDtype, held_bytes,
+    DrawSource, LowPrecisionOptimizer, MasterWeights, OptimizerPrecision, StateDtype, held_bytes,
 };
 use burn_mpric_scale::{DeviceAdamConfig, DeviceAdamWConfig, LossScaleConfig, LossScaler};
 
@@ -44,6 +44,15 @@ fn modes() -> Vec<OptimizerPrecision> {
         ] {
             modes.push(OptimizerPrecision::new(state, master).with_seed(17));
         }
+    }
+    // Stochastic rounding and Kahan with their uniforms made on the device (Flex would draw
+    // them on the host): the same guarantees, from the other stream.
+    for master in [MasterWeights::Stochastic, MasterWeights::Kahan] {
+        modes.push(
+            OptimizerPrecision::new(StateDtype::Bf16, master)
+                .with_seed(17)
+                .with_draws(DrawSource::Device),
+        );
     }
     modes
 }

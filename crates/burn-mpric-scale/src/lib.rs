@@ -105,7 +105,7 @@ pub use clip::{GlobalNormClip, global_grad_norm};
 pub use collective::{all_peers_finite, sum_over_peers};
 pub use data_parallel::DataParallel;
 pub use device::{
-    DeviceLossScaler, DeviceOptimizer, DeviceOptimizerRecord, DeviceRule, DeviceScale,
+    Burn021, DeviceLossScaler, DeviceOptimizer, DeviceOptimizerRecord, DeviceRule, DeviceScale,
 };
 pub use dtype::BurnDType;
 pub use error::StepError;

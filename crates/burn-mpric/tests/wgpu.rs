@@ -270,3 +270,25 @@ fn wgpu_compiles_to_the_shading_language_the_build_chose() {
     };
     assert!(name.contains(language), "{name}");
 }
+
+/// Stochastic rounding's uniforms made on Wgpu, whose ints are i32: the same numbers the core
+/// computes on the host in i64 (every product of the permutation stays below 2^31), under
+/// the decorator and on the bare backend, at lengths that build the index in one to three
+/// digits of 1024.
+#[test]
+fn device_draws_on_wgpu_are_the_cores_numbers() {
+    use burn_mpric::optim::{DrawKeys, device_uniforms};
+
+    let keys = DrawKeys::new(9, 2, 4);
+    let values = |t: Tensor<Wgpu, 1>| t.into_data().to_vec::<f32>().unwrap();
+    for len in [1, 1025, 40_000, 1_048_577] {
+        let made = device_uniforms::<Wgpu>(&keys, len, &Default::default());
+        assert_eq!(values(made), keys.uniforms(len), "{len} elements");
+    }
+    let device = Mp::device(Default::default(), "mixed_f16".parse::<Policy>().unwrap())
+        .expect("a Vulkan adapter with shaderFloat16 (install mesa-vulkan-drivers)");
+    let made = device_uniforms::<Mp>(&keys, 3000, &device);
+    assert_eq!(made.dtype(), DType::F32);
+    let made: Vec<f32> = made.into_data().to_vec().unwrap();
+    assert_eq!(made, keys.uniforms(3000));
+}

@@ -14,6 +14,7 @@ mod rules;
 mod scale;
 mod scaler;
 
+pub(crate) use lane::Burn022;
 pub use optim::{DeviceOptimizer, DeviceOptimizerRecord};
 pub use rules::DeviceRule;
 pub use scale::DeviceScale;

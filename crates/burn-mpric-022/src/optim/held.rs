@@ -37,7 +37,7 @@ impl<const D: usize> LowPrecisionState<D> {
     /// use burn_mpric_022::optim::LowPrecisionState;
     ///
     /// let moment = Tensor::<1>::zeros([10], &Device::flex()).cast(FloatDType::BF16);
-    /// let state = LowPrecisionState { slots: vec![moment], scalars: Vec::new(), compensation: None, stream: 0, draws: 0 };
+    /// let state = LowPrecisionState { slots: vec![moment], scalars: Vec::new(), compensation: None, stream: 0, draws: 0, drawn_on_device: None };
     /// assert_eq!(state.bytes(), 20);
     /// ```
     pub fn bytes(&self) -> usize {

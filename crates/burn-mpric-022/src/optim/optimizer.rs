@@ -10,10 +10,11 @@ use burn::optim::{
 };
 use burn::tensor::{DType, Device, FloatDType, Shape, Tensor, TensorData};
 use burn_mpric_core::optim::{
-    BytesPerParameter, MasterWeights, OptimizerPrecision, PrecisionError, RoundingStream,
+    BytesPerParameter, DrawKeys, MasterWeights, OptimizerPrecision, PrecisionError, RoundingStream,
 };
 use burn_store::burn_pack::Scalar;
 
+use super::draws::{device_uniforms, on_gpu};
 use super::params::store_params;
 use super::round::{kahan_split, stochastic_round};
 use crate::device::DeviceRule;
@@ -55,12 +56,14 @@ pub struct LowPrecisionOptimizer<R> {
 /// One parameter's state under a [`LowPrecisionOptimizer`]: the rule's per-element state
 /// tensors (Adam's moments, SGD's velocity) in the parameter's shape at the state dtype, its
 /// one-element state (Adam's betas' powers, which stand for its step count) at f32, the
-/// compensation buffer (Kahan), and the position in the rounding stream.
+/// compensation buffer (Kahan), and the position in the rounding stream and where its numbers
+/// are made.
 ///
 /// Its record (Burn's `RecordState`, which `ModuleOptimizer::to_record` and `save` use) names
 /// the leaves as Burn's derive would: `slots.len`, `slots.0`, ..., `scalars.len`,
-/// `scalars.0`, ..., `compensation`, `stream`, `draws`; the two positions are `u64` scalars,
-/// which burnpack keeps exactly.
+/// `scalars.0`, ..., `compensation`, `stream`, `draws`, `drawn_on_device`; the two positions
+/// are `u64` scalars, which burnpack keeps exactly, and where the numbers are made is 1 (the
+/// device) or 0 (the host), absent from records saved before it existed.
 ///
 /// # Example
 ///
@@ -69,6 +72,7 @@ pub struct LowPrecisionOptimizer<R> {
 ///
 /// let fresh = LowPrecisionState::<2> {
 ///     slots: Vec::new(), scalars: Vec::new(), compensation: None, stream: 3, draws: 0,
+///     drawn_on_device: Some(false),
 /// };
 /// assert_eq!(fresh.stream, 3);
 /// ```
@@ -84,6 +88,11 @@ pub struct LowPrecisionState<const D: usize> {
     pub stream: u64,
     /// The steps taken so far: the next draw from the stream.
     pub draws: u64,
+    /// Where the stream's numbers are made: on the device (burn-mpric-core's `DrawKeys`) or
+    /// on the host (`RoundingStream`), fixed when the state is made so that a resumed run
+    /// draws what the uninterrupted one would; `None` in a state saved before the choice
+    /// existed, which drew on the host.
+    pub drawn_on_device: Option<bool>,
 }
 
 impl<R: DeviceRule> LowPrecisionOptimizer<R> {
@@ -198,6 +207,7 @@ impl<R: DeviceRule> LowPrecisionOptimizer<R> {
             compensation: None,
             stream: self.next_stream.fetch_add(1, Ordering::Relaxed),
             draws: 0,
+            drawn_on_device: Some(self.precision.draws.on_device(on_gpu(device))),
         }
     }
 }
@@ -237,9 +247,13 @@ impl<R: DeviceRule> Optimizer for LowPrecisionOptimizer<R> {
             .map(|slot| slot.cast(stored).reshape(shape.clone()))
             .collect();
 
+        let on_device = state.drawn_on_device.unwrap_or(false);
         let uniforms = || {
-            let draws =
-                RoundingStream::new(self.precision.seed).uniforms(state.stream, state.draws, len);
+            let (seed, stream, draw) = (self.precision.seed, state.stream, state.draws);
+            if on_device {
+                return device_uniforms(&DrawKeys::new(seed, stream, draw), len, &device);
+            }
+            let draws = RoundingStream::new(seed).uniforms(stream, draw, len);
             // At f32 whatever the device's default float dtype: the draws are compared with
             // a probability that can be far below bf16's spacing.
             Tensor::<1>::from_data(TensorData::new(draws, [len]), (&device, DType::F32))
@@ -262,6 +276,7 @@ impl<R: DeviceRule> Optimizer for LowPrecisionOptimizer<R> {
             compensation: compensation.map(|c| c.reshape(shape.clone())),
             stream: state.stream,
             draws: state.draws + 1,
+            drawn_on_device: Some(on_device),
         };
         (weight.reshape(shape), Some(state))
     }
@@ -291,6 +306,7 @@ const SCALARS_LEN: &str = "scalars.len";
 const COMPENSATION: &str = "compensation";
 const STREAM: &str = "stream";
 const DRAWS: &str = "draws";
+const DRAWN_ON_DEVICE: &str = "drawn_on_device";
 
 /// Written by hand rather than with `#[derive(RecordState)]`, for two reasons. Burn 0.22.1's
 /// derive expands to paths inside burn-optim (`crate::RecordState`, `crate::join_index`), so it
@@ -315,6 +331,9 @@ impl<const D: usize> RecordState for LowPrecisionState<D> {
         }
         out.push_scalar(prefix, STREAM, Scalar::from(self.stream));
         out.push_scalar(prefix, DRAWS, Scalar::from(self.draws));
+        if let Some(on_device) = self.drawn_on_device {
+            out.push_scalar(prefix, DRAWN_ON_DEVICE, Scalar::from(u64::from(on_device)));
+        }
     }
 
     fn state_unflatten(prefix: &str, src: &mut StateSource, device: &Device) -> Option<Self> {
@@ -349,6 +368,10 @@ impl<const D: usize> RecordState for LowPrecisionState<D> {
             compensation,
             stream: u64::try_from(src.take_scalar(prefix, STREAM)?).ok()?,
             draws: u64::try_from(src.take_scalar(prefix, DRAWS)?).ok()?,
+            drawn_on_device: src
+                .take_scalar(prefix, DRAWN_ON_DEVICE)
+                .and_then(|on| u64::try_from(on).ok())
+                .map(|on| on == 1),
         })
     }
 }

@@ -23,12 +23,14 @@
 //! ```
 
 mod cohorts;
+mod device_draws;
 mod lane_rules;
 mod precision;
 mod rounding;
 mod slots;
 
 pub use cohorts::{Cohorts, StepCohorts};
+pub use device_draws::{DrawKeys, DrawSource, UNIT};
 pub use lane_rules::LaneRule;
 pub use precision::{
     BytesPerParameter, HeldBytes, MasterWeights, OptimizerPrecision, PrecisionError, StateDtype,

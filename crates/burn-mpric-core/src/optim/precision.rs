@@ -5,6 +5,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use super::DrawSource;
+
 /// The dtype an optimizer's per-element state (Adam's moments, SGD's velocity) is stored at
 /// between steps. Each step computes at f32 inside and stores the result back.
 ///
@@ -82,6 +84,17 @@ pub struct OptimizerPrecision {
     pub master: MasterWeights,
     /// The seed of stochastic rounding's stream (stochastic and Kahan master weights).
     pub seed: u64,
+    /// Where stochastic rounding's uniforms are made: on the device for GPU backends, on the
+    /// host for CPU ones, unless set ([`DrawSource`]). A parameter keeps the source its state
+    /// was made with, so that a resumed run draws the numbers of the uninterrupted one.
+    // Left out when automatic, so that the text and JSON of every precision written before
+    // the choice existed stay as they were (checkpoints compare them).
+    #[serde(default, skip_serializing_if = "is_auto")]
+    pub draws: DrawSource,
+}
+
+fn is_auto(draws: &DrawSource) -> bool {
+    *draws == DrawSource::Auto
 }
 
 /// Why a precision setting was refused. Each message is one line that names the setting and
@@ -110,9 +123,12 @@ pub enum PrecisionError {
     /// The master-weight mode is not one of f32, stochastic, kahan.
     #[error("unknown master weights {0:?}: expected f32, stochastic or kahan")]
     UnknownMaster(String),
-    /// A part of the text form that is not `state=...` or `master=...`.
+    /// Where stochastic rounding's uniforms are made is not one of auto, host, device.
+    #[error("unknown draws {0:?}: expected auto, host or device")]
+    UnknownDraws(String),
+    /// A part of the text form that is not `state=...`, `master=...` or `draws=...`.
     #[error(
-        "unknown optimizer precision field {0:?}: expected state=<f32|bf16>,master=<f32|stochastic|kahan>"
+        "unknown optimizer precision field {0:?}: expected state=<f32|bf16>,master=<f32|stochastic|kahan>,draws=<auto|host|device>"
     )]
     UnknownField(String),
     /// A state dtype for an optimizer that keeps no state.
@@ -305,7 +321,24 @@ impl OptimizerPrecision {
             state,
             master,
             seed: 0,
+            draws: DrawSource::Auto,
         }
+    }
+
+    /// The same precision with its uniforms made at `draws`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_core::optim::{DrawSource, OptimizerPrecision};
+    ///
+    /// let precision = OptimizerPrecision::default().with_draws(DrawSource::Device);
+    /// assert_eq!(precision.to_string(), "state=f32,master=f32,draws=device");
+    /// ```
+    #[must_use]
+    pub fn with_draws(mut self, draws: DrawSource) -> Self {
+        self.draws = draws;
+        self
     }
 
     /// The same precision with another stochastic-rounding seed.
@@ -406,7 +439,11 @@ impl fmt::Display for MasterWeights {
 
 impl fmt::Display for OptimizerPrecision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "state={},master={}", self.state, self.master)
+        write!(f, "state={},master={}", self.state, self.master)?;
+        match self.draws {
+            DrawSource::Auto => Ok(()),
+            draws => write!(f, ",draws={draws}"),
+        }
     }
 }
 
@@ -469,13 +506,15 @@ impl FromStr for MasterWeights {
 impl FromStr for OptimizerPrecision {
     type Err = PrecisionError;
 
-    /// `state=<f32|bf16>,master=<f32|stochastic|kahan>`; either part may be left out.
+    /// `state=<f32|bf16>,master=<f32|stochastic|kahan>,draws=<auto|host|device>`; any part may
+    /// be left out.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let mut precision = Self::default();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             match part.split_once('=').map(|(k, v)| (k.trim(), v)) {
                 Some(("state", value)) => precision.state = value.parse()?,
                 Some(("master", value)) => precision.master = value.parse()?,
+                Some(("draws", value)) => precision.draws = value.parse()?,
                 _ => return Err(PrecisionError::UnknownField(part.to_string())),
             }
         }
@@ -534,6 +573,20 @@ mod tests {
         let precision = OptimizerPrecision::new(StateDtype::Bf16, MasterWeights::Kahan);
         let json = serde_json::to_string(&precision).unwrap();
         assert_eq!(json, r#"{"state":"bf16","master":"kahan","seed":0}"#);
+        assert_eq!(
+            serde_json::from_str::<OptimizerPrecision>(&json).unwrap(),
+            precision
+        );
+        let device = precision.with_draws(DrawSource::Device);
+        let json = serde_json::to_string(&device).unwrap();
+        assert_eq!(
+            json,
+            r#"{"state":"bf16","master":"kahan","seed":0,"draws":"device"}"#
+        );
+        assert_eq!(
+            serde_json::from_str::<OptimizerPrecision>(&json).unwrap(),
+            device
+        );
         let err = serde_json::from_str::<StateDtype>(r#""f16""#).unwrap_err();
         assert!(err.to_string().contains("underflow"), "{err}");
     }

@@ -5,7 +5,21 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, FloatDType, Int, Tensor};
 use burn_mpric_core::lane::{IntLane, Lane};
 
-/// The Burn 0.21 edition, as the core's rules name it.
+/// The Burn 0.21 edition, as the core's lane arithmetic names it: Burn 0.21's
+/// one-dimensional tensors are the core's [`Lane`]s (float) and [`IntLane`]s (int) under it.
+///
+/// # Example
+///
+/// ```
+/// use burn::backend::Flex;
+/// use burn::tensor::{Int, Tensor};
+/// use burn_mpric_core::lane::IntLane;
+/// use burn_mpric_scale::Burn021;
+///
+/// let t = Tensor::<Flex, 1, Int>::from_ints([7, 9], &Default::default());
+/// let r = IntLane::<Burn021>::rem_scalar(t, 4);
+/// assert_eq!(r.into_data().convert::<i64>().to_vec::<i64>().unwrap(), vec![3, 1]);
+/// ```
 pub struct Burn021;
 
 impl<B: Backend> Lane<Burn021> for Tensor<B, 1> {

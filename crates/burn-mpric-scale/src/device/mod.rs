@@ -14,6 +14,7 @@ mod rules;
 mod scale;
 mod scaler;
 
+pub use lane::Burn021;
 pub use optim::{DeviceOptimizer, DeviceOptimizerRecord};
 pub use rules::DeviceRule;
 pub use scale::DeviceScale;
