@@ -14,12 +14,9 @@
 //!
 //! [`RoundingStream`]: super::RoundingStream
 
+use crate::lane::{Host, IntLane};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
-use serde::{Deserialize, Serialize};
-
-use super::PrecisionError;
-use crate::lane::{Host, IntLane};
 
 /// The half width of the permutation: 15 bits.
 const HALF: i64 = 1 << 15;
@@ -32,76 +29,6 @@ const ROUNDS: usize = 6;
 /// Sets these keys apart from [`RoundingStream`](super::RoundingStream)'s numbers at the same
 /// address.
 const DOMAIN: &[u8; 8] = b"feistel1";
-
-/// Where stochastic rounding's uniforms are made.
-///
-/// # Example
-///
-/// ```
-/// use burn_mpric_core::optim::DrawSource;
-///
-/// assert_eq!("device".parse::<DrawSource>(), Ok(DrawSource::Device));
-/// assert_eq!(DrawSource::default(), DrawSource::Auto);
-/// assert_eq!(DrawSource::Host.to_string(), "host");
-/// ```
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DrawSource {
-    /// On the device for the cube backends (Wgpu, CUDA: a GPU), on the host for the others
-    /// (Flex, NdArray: their device is the host's memory).
-    #[default]
-    Auto,
-    /// ChaCha8 on the host ([`RoundingStream`](super::RoundingStream)), copied into a tensor
-    /// at every step: 4 bytes per element uploaded to a GPU.
-    Host,
-    /// The Feistel permutation on the device ([`DrawKeys`]): nothing per element uploaded.
-    Device,
-}
-
-impl DrawSource {
-    /// Whether the numbers are made on the device, for a backend that runs on a GPU
-    /// (`on_gpu`) or not.
-    ///
-    /// # Example
-    ///
-    /// ```
-    /// use burn_mpric_core::optim::DrawSource;
-    ///
-    /// assert!(DrawSource::Auto.on_device(true));
-    /// assert!(!DrawSource::Auto.on_device(false));
-    /// assert!(DrawSource::Device.on_device(false));
-    /// ```
-    pub fn on_device(self, on_gpu: bool) -> bool {
-        match self {
-            Self::Auto => on_gpu,
-            Self::Host => false,
-            Self::Device => true,
-        }
-    }
-}
-
-impl std::fmt::Display for DrawSource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::Auto => "auto",
-            Self::Host => "host",
-            Self::Device => "device",
-        })
-    }
-}
-
-impl std::str::FromStr for DrawSource {
-    type Err = PrecisionError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "auto" => Ok(Self::Auto),
-            "host" => Ok(Self::Host),
-            "device" => Ok(Self::Device),
-            _ => Err(PrecisionError::UnknownDraws(s.to_string())),
-        }
-    }
-}
 
 /// The round keys of one draw of one parameter's stream.
 ///
@@ -307,21 +234,5 @@ mod tests {
             let (high, low) = full(index);
             assert_eq!(keys.bits::<Host, i64>(index), high * 512 + low / 64);
         }
-    }
-
-    #[test]
-    fn the_text_forms_round_trip_and_bad_ones_are_named() {
-        for source in [DrawSource::Auto, DrawSource::Host, DrawSource::Device] {
-            assert_eq!(source.to_string().parse::<DrawSource>(), Ok(source));
-        }
-        let err = "gpu".parse::<DrawSource>().unwrap_err().to_string();
-        assert!(err.contains("\"gpu\"") && err.contains("device"), "{err}");
-        let precision: super::super::OptimizerPrecision =
-            "state=bf16,master=stochastic,draws=host".parse().unwrap();
-        assert_eq!(precision.draws, DrawSource::Host);
-        assert_eq!(
-            precision.to_string(),
-            "state=bf16,master=stochastic,draws=host"
-        );
     }
 }

@@ -30,10 +30,11 @@ mod rounding;
 mod slots;
 
 pub use cohorts::{Cohorts, StepCohorts};
-pub use device_draws::{DrawKeys, DrawSource, UNIT};
+pub use device_draws::{DrawKeys, UNIT};
 pub use lane_rules::LaneRule;
 pub use precision::{
-    BytesPerParameter, HeldBytes, MasterWeights, OptimizerPrecision, PrecisionError, StateDtype,
+    BytesPerParameter, DrawSource, HeldBytes, MasterWeights, OptimizerPrecision, PrecisionError,
+    StateDtype,
 };
 pub use rounding::RoundingStream;
 pub use slots::StateSlots;

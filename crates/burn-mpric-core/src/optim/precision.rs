@@ -5,8 +5,6 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use super::DrawSource;
-
 /// The dtype an optimizer's per-element state (Adam's moments, SGD's velocity) is stored at
 /// between steps. Each step computes at f32 inside and stores the result back.
 ///
@@ -61,6 +59,76 @@ pub enum MasterWeights {
     /// stream), so a small update repeated every step is not dropped by the same amount each
     /// time.
     Kahan,
+}
+
+/// Where stochastic rounding's uniforms are made.
+///
+/// # Example
+///
+/// ```
+/// use burn_mpric_core::optim::DrawSource;
+///
+/// assert_eq!("device".parse::<DrawSource>(), Ok(DrawSource::Device));
+/// assert_eq!(DrawSource::default(), DrawSource::Auto);
+/// assert_eq!(DrawSource::Host.to_string(), "host");
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DrawSource {
+    /// On the device for the cube backends (Wgpu, CUDA: a GPU), on the host for the others
+    /// (Flex, NdArray: their device is the host's memory).
+    #[default]
+    Auto,
+    /// ChaCha8 on the host ([`RoundingStream`](super::RoundingStream)), copied into a tensor
+    /// at every step: 4 bytes per element uploaded to a GPU.
+    Host,
+    /// The Feistel permutation on the device ([`DrawKeys`]): nothing per element uploaded.
+    Device,
+}
+
+impl DrawSource {
+    /// Whether the numbers are made on the device, for a backend that runs on a GPU
+    /// (`on_gpu`) or not.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use burn_mpric_core::optim::DrawSource;
+    ///
+    /// assert!(DrawSource::Auto.on_device(true));
+    /// assert!(!DrawSource::Auto.on_device(false));
+    /// assert!(DrawSource::Device.on_device(false));
+    /// ```
+    pub fn on_device(self, on_gpu: bool) -> bool {
+        match self {
+            Self::Auto => on_gpu,
+            Self::Host => false,
+            Self::Device => true,
+        }
+    }
+}
+
+impl fmt::Display for DrawSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Auto => "auto",
+            Self::Host => "host",
+            Self::Device => "device",
+        })
+    }
+}
+
+impl FromStr for DrawSource {
+    type Err = PrecisionError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(Self::Auto),
+            "host" => Ok(Self::Host),
+            "device" => Ok(Self::Device),
+            _ => Err(PrecisionError::UnknownDraws(s.to_string())),
+        }
+    }
 }
 
 /// The optimizer's precision: the state's dtype, how parameters are kept, and the seed of
@@ -589,5 +657,21 @@ mod tests {
         );
         let err = serde_json::from_str::<StateDtype>(r#""f16""#).unwrap_err();
         assert!(err.to_string().contains("underflow"), "{err}");
+    }
+
+    #[test]
+    fn draw_sources_round_trip_and_bad_ones_are_named() {
+        for source in [DrawSource::Auto, DrawSource::Host, DrawSource::Device] {
+            assert_eq!(source.to_string().parse::<DrawSource>(), Ok(source));
+        }
+        let err = "gpu".parse::<DrawSource>().unwrap_err().to_string();
+        assert!(err.contains("\"gpu\"") && err.contains("device"), "{err}");
+        let precision: OptimizerPrecision =
+            "state=bf16,master=stochastic,draws=host".parse().unwrap();
+        assert_eq!(precision.draws, DrawSource::Host);
+        assert_eq!(
+            precision.to_string(),
+            "state=bf16,master=stochastic,draws=host"
+        );
     }
 }
