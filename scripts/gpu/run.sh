@@ -65,6 +65,10 @@ step profile 120 "$bare" --profile --full --backend cuda --backend wgpu
 # The same steps on Burn's default (fused) backends.
 step steps-fused 150 "$fused" --backend cuda --backend wgpu --workload transformer_block_step \
   --workload transformer_activations_step --workload mlp_step --full --seconds-per-group 2
+# Adam's bf16 state and master weights on CUDA (Wgpu runs no bf16): each mode's bytes, step
+# time and what its optimizer step uploads, with stochastic rounding's uniforms drawn on the
+# host and made on the device.
+step optimizer 90 "$fused" --optimizer --backend cuda --full --seconds-per-group 2
 # The loss scaler's device path on the fused backends, then bare.
 step scaler-fused 120 "$fused" --backend cuda --backend wgpu --workload loss_scaler_step \
   --full --seconds-per-group 3

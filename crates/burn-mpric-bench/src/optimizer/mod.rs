@@ -32,9 +32,12 @@ use burn::nn::transformer::{
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, FloatDType, Tensor, TensorData};
+use burn_mpric::instrument::Instrumented;
 use burn_mpric::{MixedPrecision, MpDevice, Policy};
 use burn_mpric_core::ResolvedPolicy;
-use burn_mpric_core::optim::{BytesPerParameter, MasterWeights, OptimizerPrecision, StateDtype};
+use burn_mpric_core::optim::{
+    BytesPerParameter, DrawSource, MasterWeights, OptimizerPrecision, StateDtype,
+};
 use burn_mpric_optim::LowPrecisionOptimizer;
 use serde::Serialize;
 
@@ -79,7 +82,7 @@ impl Mode {
 }
 
 /// The modes, the reference first and the wrapper at f32 second.
-fn modes() -> [Mode; 5] {
+fn modes() -> [Mode; 7] {
     let wrapper = |state, master| Some(OptimizerPrecision::new(state, master).with_seed(SEED));
     [
         Mode {
@@ -102,7 +105,22 @@ fn modes() -> [Mode; 5] {
             name: "state bf16, master kahan",
             precision: wrapper(StateDtype::Bf16, MasterWeights::Kahan),
         },
+        // The uniforms made on the device whatever the backend (on Flex the precision would
+        // draw them on the host): what a GPU runs, timed here too.
+        Mode {
+            name: "state bf16, master stochastic, draws on the device",
+            precision: device_draws(MasterWeights::Stochastic),
+        },
+        Mode {
+            name: "state bf16, master kahan, draws on the device",
+            precision: device_draws(MasterWeights::Kahan),
+        },
     ]
+}
+
+fn device_draws(master: MasterWeights) -> Option<OptimizerPrecision> {
+    let precision = OptimizerPrecision::new(StateDtype::Bf16, master).with_seed(SEED);
+    Some(precision.with_draws(DrawSource::Device))
 }
 
 /// A training case whose memory level can be read mid-step.
@@ -118,6 +136,46 @@ pub(crate) trait OptimCase: Case {
     /// after the optimizer step (the gradients consumed); and times the optimizer step alone.
     /// `Case::output` is the training loss.
     fn measured_step(&mut self, level: &dyn Fn() -> Result<u64, String>) -> Reading;
+
+    /// One training step whose optimizer step's uploads are counted op by op; on a case built
+    /// over burn-mpric's instrumented backend only (anywhere else nothing is logged, which is
+    /// an error, not zero).
+    fn optimizer_uploads(&mut self) -> Result<Uploads, String>;
+}
+
+/// What one optimizer step sends from the host to the device: the tensors made from host
+/// data, and their bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Uploads {
+    /// Tensors made from host data.
+    pub tensors: usize,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+impl Uploads {
+    /// The uploads among the ops of `log`, which must hold the step's ops.
+    fn of(log: &[burn_mpric::instrument::OpRecord]) -> Result<Self, String> {
+        if log.is_empty() {
+            return Err("no op was logged: the backend is not instrumented".into());
+        }
+        let made: Vec<_> = log
+            .iter()
+            .filter(|op| op.op.ends_with("from_data"))
+            .collect();
+        let bytes = made
+            .iter()
+            .flat_map(|op| {
+                let floats = op.float_outputs.iter().zip(&op.float_output_shapes);
+                floats.chain(op.other_outputs.iter().map(|(dtype, shape)| (dtype, shape)))
+            })
+            .map(|(dtype, shape)| (dtype.size() * shape.iter().product::<usize>()) as u64)
+            .sum();
+        Ok(Self {
+            tensors: made.len(),
+            bytes,
+        })
+    }
 }
 
 /// What [`OptimCase::measured_step`] read.
@@ -166,6 +224,9 @@ pub struct ModeMeasured {
     /// The optimizer step alone (from the gradients, synced, to its own sync), median
     /// milliseconds over interleaved rounds of their own.
     pub optimizer_ms: f64,
+    /// What one optimizer step uploads, counted on the same backend under burn-mpric's
+    /// instrumented decorator (the 0.21 edition; Burn 0.22 takes no backend decorator).
+    pub uploads: Result<Uploads, String>,
     /// Training steps taken before the final loss (warm-up and timed).
     pub steps: usize,
 }
@@ -277,10 +338,24 @@ pub fn run_021<I: Backend>(setup: &Setup<I>) -> EditionRun {
         Ok(device) => device,
         Err(e) => return EditionRun::skipped(setup.name, edition, e.to_string()),
     };
+    // The same cases over the instrumented decorator, where each op is logged: what a step
+    // uploads.
+    let logged = MixedPrecision::<Instrumented<I>>::device(setup.device.clone(), policy)
+        .map_err(|e| e.to_string());
+    let uploads = |spec: &Spec, precision| {
+        let device = logged.as_ref().map_err(Clone::clone)?;
+        let mut case = factory021::<Instrumented<I>>(device, spec, precision)(&mut || {});
+        case.step();
+        case.optimizer_uploads()
+    };
     let sizes = (&setup.sizes, &setup.memory, setup.budget);
-    run_groups(setup.name, edition, sizes, |spec, precision| {
-        factory021::<I>(&device, spec, precision)
-    })
+    run_groups(
+        setup.name,
+        edition,
+        sizes,
+        |spec, precision| factory021::<I>(&device, spec, precision),
+        &uploads,
+    )
 }
 
 /// The Burn 0.22 edition's modes on one backend; skipped where the device does not run bf16.
@@ -299,17 +374,35 @@ pub fn run_022(setup: &Setup022) -> EditionRun {
         }
     };
     let sizes = (&setup.sizes, &setup.memory, setup.budget);
-    run_groups(setup.name, edition, sizes, |spec, precision| {
-        factory022(&device, policy, spec, precision)
-    })
+    let uploads = |_: &Spec, _| {
+        Err("not counted: Burn 0.22 takes no backend decorator to log a step's ops with".into())
+    };
+    run_groups(
+        setup.name,
+        edition,
+        sizes,
+        |spec, precision| factory022(&device, policy, spec, precision),
+        &uploads,
+    )
 }
 
-/// Every workload of `sizes` measured in every mode, the factories made by `factory`.
+/// Each mode's factory, and its optimizer step's uploads (or why either is missing).
+type ModeCases = (
+    Vec<Result<OptimFactory, String>>,
+    Vec<Result<Uploads, String>>,
+);
+
+/// A mode's optimizer-step uploads, or why they are not counted.
+type UploadsOf<'a> = &'a dyn Fn(&Spec, Option<OptimizerPrecision>) -> Result<Uploads, String>;
+
+/// Every workload of `sizes` measured in every mode, the factories made by `factory`, the
+/// uploads counted by `uploads`.
 fn run_groups(
     backend: &'static str,
     edition: String,
     (sizes, memory, budget): (&crate::run::Sizes, &MemorySource, Budget),
     factory: impl Fn(&Spec, Option<OptimizerPrecision>) -> OptimFactory,
+    uploads: UploadsOf,
 ) -> EditionRun {
     let groups = specs(sizes)
         .into_iter()
@@ -318,9 +411,9 @@ fn run_groups(
                 .iter()
                 .map(|m| Ok(factory(&spec, m.precision)))
                 .collect();
-            measure(
-                backend, &edition, workload, &spec, memory, budget, factories,
-            )
+            let uploads = modes().map(|m| uploads(&spec, m.precision));
+            let cases = (factories, uploads.to_vec());
+            measure(backend, &edition, workload, &spec, memory, budget, cases)
         })
         .collect();
     EditionRun {
@@ -397,7 +490,7 @@ fn measure(
     spec: &Spec,
     memory: &MemorySource,
     budget: Budget,
-    factories: Vec<Result<OptimFactory, String>>,
+    (factories, uploads): ModeCases,
 ) -> Group {
     let started = std::time::Instant::now();
     eprintln!(
@@ -455,8 +548,9 @@ fn measure(
         .iter()
         .zip(factories)
         .zip(bytes)
+        .zip(uploads)
         .enumerate()
-        .map(|(i, ((mode, factory), bytes))| {
+        .map(|(i, (((mode, factory), bytes), uploads))| {
             let result = factory.map(|_| {
                 let k = places[i].expect("a place for a case that ran");
                 let s = &samples[k];
@@ -470,6 +564,7 @@ fn measure(
                     ratio_to_wrapper_f32: ratio(wrapper, &s.ms),
                     final_loss: losses[k],
                     optimizer_ms: optimizer_ms[k],
+                    uploads,
                     steps: budget.warmup.max(1) + s.ms.len() * s.iters_per_sample,
                 }
             });
@@ -585,7 +680,13 @@ pub fn targets(runs: &[EditionRun]) -> Vec<Target> {
     let mut measured = Vec::new();
     let mut met = true;
     for g in groups.iter().filter(|g| g.backend.starts_with("flex")) {
-        for row in g.rows.iter().skip(2) {
+        // Device draws are forced on Flex only to time them; Flex draws on the host.
+        let on_flex = |row: &&ModeRow| {
+            !row.precision
+                .as_deref()
+                .is_some_and(|p| p.contains("draws=device"))
+        };
+        for row in g.rows.iter().skip(2).filter(on_flex) {
             if let Ok(m) = &row.result {
                 met &= m.ratio_to_reference <= TIME_TARGET;
                 measured.push(format!(
@@ -707,18 +808,22 @@ fn group_markdown(s: &mut String, g: &Group) {
     );
     let _ = writeln!(
         s,
-        "| mode | promised B/param | measured B/param | without grads | grads | above the promise, per tensor | step ms (median) | optimizer ms | x reference | x wrapper f32 | final loss | Δ loss |"
+        "| mode | promised B/param | measured B/param | without grads | grads | above the promise, per tensor | step ms (median) | optimizer ms | optimizer uploads | x reference | x wrapper f32 | final loss | Δ loss |"
     );
     let _ = writeln!(
         s,
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     let reference = g.rows.first().and_then(|r| r.result.as_ref().ok());
     for row in &g.rows {
         let promised = format!("{} ({})", row.promised.total(), row.promised.without_grad());
         match &row.result {
             Err(why) => {
-                let _ = writeln!(s, "| {} | {promised} | {why} | | | | | | | | | |", row.mode);
+                let _ = writeln!(
+                    s,
+                    "| {} | {promised} | {why} | | | | | | | | | | |",
+                    row.mode
+                );
             }
             Ok(m) => {
                 let (total, without, grad, excess) = match &m.bytes {
@@ -744,9 +849,13 @@ fn group_markdown(s: &mut String, g: &Group) {
                     100.0 * (f64::from(m.final_loss) - f64::from(r.final_loss))
                         / f64::from(r.final_loss)
                 });
+                let uploads = match &m.uploads {
+                    Ok(u) => format!("{} B in {} tensors", u.bytes, u.tensors),
+                    Err(why) => why.clone(),
+                };
                 let _ = writeln!(
                     s,
-                    "| {} | {promised} | {total} | {without} | {grad} | {excess} | {} | {} | {:.2}x | {:.2}x | {:.5} | {delta:+.2}% |",
+                    "| {} | {promised} | {total} | {without} | {grad} | {excess} | {} | {} | {uploads} | {:.2}x | {:.2}x | {:.5} | {delta:+.2}% |",
                     row.mode,
                     report::ms(m.median_ms),
                     report::ms(m.optimizer_ms),
@@ -862,6 +971,23 @@ mod tests {
             }
             // bf16 master weights: bf16 gradients.
             assert!((1.9..2.1).contains(&stochastic.grad), "{context}");
+            // Host draws upload one f32 tensor per parameter tensor; device draws nothing.
+            if edition_short(&g.edition) == "0.21" {
+                let uploads = |i: usize| {
+                    let m = g.rows[i].result.as_ref().expect("ran");
+                    m.uploads.clone().expect("counted")
+                };
+                let host = Uploads {
+                    tensors: g.tensors,
+                    bytes: 4 * g.params as u64,
+                };
+                assert_eq!((uploads(3), uploads(4)), (host, host), "{context}");
+                let none = Uploads {
+                    tensors: 0,
+                    bytes: 0,
+                };
+                assert_eq!((uploads(5), uploads(6)), (none, none), "{context}");
+            }
             for row in &g.rows {
                 let m = row.result.as_ref().unwrap();
                 assert!(m.final_loss.is_finite() && m.median_ms > 0.0, "{context}");

@@ -116,6 +116,16 @@ where
             optimizer_ms,
         }
     }
+
+    fn optimizer_uploads(&mut self) -> Result<Uploads, String> {
+        let model = self.model.take().expect("model");
+        let grads = self.grads(&model);
+        self.sync();
+        let (model, log) = burn_mpric::instrument::record(|| self.optim.step(LR, model, grads));
+        self.sync();
+        self.model = Some(model);
+        Uploads::of(&log)
+    }
 }
 
 /// The Burn 0.21 case of `model` under `precision` (`None`: Burn's Adam).

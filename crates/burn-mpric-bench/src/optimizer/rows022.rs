@@ -73,6 +73,10 @@ impl OptimCase for Train022 {
             optimizer_ms,
         }
     }
+
+    fn optimizer_uploads(&mut self) -> Result<Uploads, String> {
+        Err("not counted: Burn 0.22 takes no backend decorator to log a step's ops with".into())
+    }
 }
 
 /// The Burn 0.22 factory of `spec` under `precision`, autocast at `policy`: the same
