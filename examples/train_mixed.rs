@@ -2,7 +2,8 @@
 //! by side: bf16 compute on the CPU (`Flex`), f16 compute on the GPU path (`Wgpu`; skipped
 //! when no adapter with f16 is found).
 //!
-//! `cargo run -p burn-mpric-examples --example train_mixed`
+//! `cargo run -p burn-mpric-examples --example train_mixed`; with `--features vulkan`, the
+//! same Wgpu compiled to SPIR-V (`MixedPrecision<Vulkan>`, docs/backends.md).
 
 use burn::backend::{Autodiff, Flex, Wgpu};
 use burn::module::Module;

@@ -92,36 +92,11 @@ fn vulkan_without_the_feature_is_refused_with_the_build_command() {
 #[cfg(feature = "vulkan")]
 #[test]
 fn quickstart_on_vulkan_spirv_ends_within_two_percent_of_f32() {
-    use crate::common::{metrics, recipes};
+    use crate::quickstart::final_losses_on;
 
     let dir = fresh_dir("quickstart_vulkan");
-    let recipe = recipes().join("quickstart.toml");
-    let last_losses = |output: &str, policy: &str| {
-        let stdout = run_ok(
-            &dir,
-            &[
-                "train",
-                recipe.to_str().unwrap(),
-                "-q",
-                "--set",
-                "steps=60",
-                "--set",
-                "backend.name=vulkan",
-                "--set",
-                &format!("output={output}"),
-                "--set",
-                &format!("policy={policy}"),
-            ],
-        );
-        let m = metrics(&dir.join(output));
-        assert_eq!(m.steps.len(), 60, "{stdout}");
-        assert!(m.steps.iter().all(|r| !r.skipped), "{stdout}");
-        let losses: Vec<f32> = m.steps.iter().map(|r| r.loss.unwrap()).collect();
-        let mean = |l: &[f32]| l.iter().sum::<f32>() / l.len() as f32;
-        (mean(&losses[..10]), mean(&losses[50..]))
-    };
-    let (mixed_first, mixed_last) = last_losses("mixed", "mixed_f16");
-    let (f32_first, f32_last) = last_losses("full", "f32");
+    let (mixed_first, mixed_last, _) = final_losses_on(&dir, "mixed", "mixed_f16", "vulkan");
+    let (f32_first, f32_last, _) = final_losses_on(&dir, "full", "f32", "vulkan");
     eprintln!("vulkan: mixed_f16 {mixed_first} -> {mixed_last}; f32 {f32_first} -> {f32_last}");
     assert!(mixed_last < 0.9 * mixed_first && f32_last < 0.9 * f32_first);
     assert!(

@@ -5,6 +5,17 @@
 use crate::common::{fresh_dir, metrics, recipes, run_ok};
 
 fn final_losses(dir: &std::path::Path, output: &str, policy: &str) -> (f32, f32, f32) {
+    final_losses_on(dir, output, policy, "flex")
+}
+
+/// The quickstart's 60 steps at `policy` on `backend` into `dir/output`: the mean loss of
+/// the first and the last 10 steps and the held-out loss; no step skipped.
+pub fn final_losses_on(
+    dir: &std::path::Path,
+    output: &str,
+    policy: &str,
+    backend: &str,
+) -> (f32, f32, f32) {
     let recipe = recipes().join("quickstart.toml");
     run_ok(
         dir,
@@ -18,10 +29,13 @@ fn final_losses(dir: &std::path::Path, output: &str, policy: &str) -> (f32, f32,
             &format!("output={output}"),
             "--set",
             &format!("policy={policy}"),
+            "--set",
+            &format!("backend.name={backend}"),
         ],
     );
     let m = metrics(&dir.join(output));
     assert_eq!(m.steps.len(), 60);
+    assert!(m.steps.iter().all(|r| !r.skipped));
     let mean = |rows: &[burn_mpric_train::report::metrics::StepRow]| {
         rows.iter().map(|r| r.loss.unwrap()).sum::<f32>() / rows.len() as f32
     };
