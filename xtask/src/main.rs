@@ -111,26 +111,18 @@ fn check() -> Result<(), String> {
     cargo(&["test", "--workspace", "--features", mpi::FEATURES])?;
     // Wgpu as users build it (`burn = { features = ["wgpu"] }` turns on Burn's fusion and
     // autotuning): both editions' Wgpu and device-path tests once more on fused kernels. A
-    // build of its own, since features unify across a workspace build.
-    for (package, features) in [
-        ("burn-mpric", "instrument,fusion"),
-        ("burn-mpric-022", "fusion"),
-    ] {
-        let tests = ["--test", "wgpu", "--test", "device_path"];
-        cargo(&[&["test", "-p", package, "--features", features][..], &tests].concat())?;
-    }
+    // build of its own, since features unify across a workspace build. Then
     // `MixedPrecision<Vulkan>`: the same Wgpu backend compiled to SPIR-V by cubecl's Vulkan
     // compiler (Burn's `vulkan` feature switches the compiler of the one `Wgpu` type), over the
     // same driver, without and with fusion.
-    for features in ["instrument,vulkan", "instrument,vulkan,fusion"] {
+    for (package, features) in [
+        ("burn-mpric", "instrument,fusion"),
+        ("burn-mpric-022", "fusion"),
+        ("burn-mpric", "instrument,vulkan"),
+        ("burn-mpric", "instrument,vulkan,fusion"),
+    ] {
         let tests = ["--test", "wgpu", "--test", "device_path"];
-        cargo(
-            &[
-                &["test", "-p", "burn-mpric", "--features", features][..],
-                &tests,
-            ]
-            .concat(),
-        )?;
+        cargo(&[&["test", "-p", package, "--features", features][..], &tests].concat())?;
     }
     // `backend = "vulkan"` in a recipe: `mpric devices` and the quickstart trained on SPIR-V.
     cargo(&[

@@ -561,11 +561,9 @@ fn main() -> ExitCode {
     }
     // Burn's one Wgpu type, named after the compiler this build gives it.
     let wgpu_kinds = [BackendKind::Wgpu, BackendKind::Vulkan, BackendKind::Metal];
+    let asked = |kind: BackendKind| args.backend.contains(&kind);
     for kind in wgpu_kinds {
-        if let Some(why) = kind
-            .not_built()
-            .filter(|_| wanted(kind) && !args.backend.is_empty())
-        {
+        if let Some(why) = kind.not_built().filter(|_| asked(kind)) {
             skipped(&mut out, kind.name(), why.into());
         }
     }
@@ -587,8 +585,7 @@ fn main() -> ExitCode {
                 // The other compilers asked for (and built) cannot run in this binary.
                 for kind in wgpu_kinds
                     .into_iter()
-                    .filter(|&k| k != ran && wanted(k) && k.not_built().is_none())
-                    .filter(|_| !args.backend.is_empty())
+                    .filter(|&k| k != ran && asked(k) && k.not_built().is_none())
                 {
                     skipped(
                         &mut out,

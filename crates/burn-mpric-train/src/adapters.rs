@@ -3,6 +3,11 @@
 
 use crate::error::RecipeError;
 
+/// Why wgpu has nothing to run on, and what to install.
+pub(crate) const NO_ADAPTER: &str = "wgpu found no GPU adapter: no Vulkan (or Metal/DX12) driver is installed; install the GPU's driver, or mesa-vulkan-drivers for a software one";
+
+/// The backends cubecl uses (Vulkan, Metal, DX12); GL is left out, its EGL probe prints to
+/// stderr on machines without a display.
 fn instance() -> wgpu::Instance {
     let mut descriptor = wgpu::InstanceDescriptor::new_without_display_handle();
     descriptor.backends = wgpu::Backends::PRIMARY;
@@ -39,7 +44,7 @@ pub(crate) fn wgpu_device(index: usize) -> Result<burn::backend::wgpu::WgpuDevic
     if adapters.is_empty() {
         return Err(RecipeError::new(
             "backend.name",
-            "wgpu found no GPU adapter: no Vulkan (or Metal/DX12) driver is installed; install the GPU's driver, or mesa-vulkan-drivers for a software one, or use backend `flex`",
+            format!("{NO_ADAPTER}, or use backend `flex`"),
         ));
     }
     let Some(n) = index.checked_sub(1) else {
@@ -65,4 +70,27 @@ pub(crate) fn wgpu_device(index: usize) -> Result<burn::backend::wgpu::WgpuDevic
             found.join(", ")
         ),
     ))
+}
+
+/// The compiler a cube backend's name says its kernels go through: `spirv` in
+/// `cubecl<wgpu<spirv>>` (also under a decorator, `mixed_precision<cubecl<wgpu<wgsl>>>`);
+/// `None` for a backend that is not wgpu.
+pub(crate) fn compiler_of(backend_name: &str) -> Option<&str> {
+    let (_, rest) = backend_name.rsplit_once("wgpu<")?;
+    rest.split('>').next()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::compiler_of;
+
+    #[test]
+    fn the_compiler_is_read_from_the_backends_name() {
+        assert_eq!(compiler_of("cubecl<wgpu<spirv>>"), Some("spirv"));
+        assert_eq!(
+            compiler_of("mixed_precision<cubecl<wgpu<wgsl>>>"),
+            Some("wgsl")
+        );
+        assert_eq!(compiler_of("flex"), None);
+    }
 }

@@ -9,6 +9,7 @@ use burn_mpric::{
     MixedPrecision, MpDevice, MpSettings, Policy, PolicyError, ResolvedPolicy, dtype_name,
 };
 
+use crate::adapters::{compiler_of, wgpu_device};
 use crate::error::RecipeError;
 use crate::recipe::{BackendConfig, BackendName};
 
@@ -54,7 +55,7 @@ pub fn dispatch<T: BackendTask>(spec: &BackendConfig, task: T) -> Result<T::Outp
         indices
             .iter()
             .map(|i| {
-                crate::adapters::wgpu_device(*i).map_err(|e| match e.field.as_str() {
+                wgpu_device(*i).map_err(|e| match e.field.as_str() {
                     "backend.device" => RecipeError::new(field, e.message),
                     _ => e,
                 })
@@ -196,16 +197,20 @@ pub fn mp_device<B: Backend>(
     let result = start_guarded(|| MixedPrecision::<B>::device(inner, settings));
     match result {
         Ok(Ok(device)) => match promised_compiler(backend) {
-            Some(compiler) if !B::name(&inner_for_name).contains(compiler) => {
-                Err(RecipeError::new(
-                    "backend.name",
-                    format!(
-                        "`{backend}` compiles kernels to {compiler}, but this adapter runs {}: {backend} needs a {backend} adapter (`mpric devices` lists them); use backend `wgpu`",
-                        B::name(&inner_for_name)
-                    ),
-                ))
+            Some(compiler) => {
+                let name = B::name(&inner_for_name);
+                if compiler_of(&name) == Some(compiler) {
+                    Ok(device)
+                } else {
+                    Err(RecipeError::new(
+                        "backend.name",
+                        format!(
+                            "`{backend}` compiles kernels to {compiler}, but this adapter runs {name}: {backend} needs a {backend} adapter (`mpric devices` lists them); use backend `wgpu`"
+                        ),
+                    ))
+                }
             }
-            _ => Ok(device),
+            None => Ok(device),
         },
         Ok(Err(PolicyError::UnsupportedByDevice {
             slot,

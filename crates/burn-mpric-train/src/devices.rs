@@ -11,7 +11,7 @@ use burn::tensor::backend::Backend;
 use serde::Serialize;
 use wgpu::DeviceType;
 
-use crate::adapters::{default_adapter, list};
+use crate::adapters::{NO_ADAPTER, compiler_of, default_adapter, list};
 use crate::backend::{built_backends, start_guarded};
 use crate::recipe::BackendName;
 
@@ -99,11 +99,7 @@ fn capabilities(device: WgpuDevice) -> Result<Capabilities, String> {
     type W = burn::backend::Wgpu;
     start_guarded(|| {
         let name = W::name(&device);
-        let compiler = name
-            .rsplit_once("wgpu<")
-            .and_then(|(_, rest)| rest.split('>').next())
-            .unwrap_or(name.as_str())
-            .to_string();
+        let compiler = compiler_of(&name).unwrap_or(&name).to_string();
         let dtypes = [
             ("f32", DType::F32),
             ("f16", DType::F16),
@@ -135,9 +131,7 @@ fn capabilities(device: WgpuDevice) -> Result<Capabilities, String> {
 pub(crate) fn report(adapters: &[Adapter]) -> String {
     let mut text = String::new();
     if adapters.is_empty() {
-        text.push_str(
-            "wgpu found no GPU adapter: no Vulkan (or Metal/DX12) driver is installed; install the GPU's driver, or mesa-vulkan-drivers for a software one\n",
-        );
+        let _ = writeln!(text, "{NO_ADAPTER}");
     }
     for adapter in adapters {
         let indices = match adapter.indices.as_slice() {

@@ -143,6 +143,10 @@ pub(crate) trait OptimCase: Case {
     fn optimizer_uploads(&mut self) -> Result<Uploads, String>;
 }
 
+/// Why the 0.22 edition's rows have no uploads.
+const UPLOADS_NOT_COUNTED_022: &str =
+    "not counted: Burn 0.22 takes no backend decorator to log a step's ops with";
+
 /// What one optimizer step sends from the host to the device: the tensors made from host
 /// data, and their bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -374,9 +378,7 @@ pub fn run_022(setup: &Setup022) -> EditionRun {
         }
     };
     let sizes = (&setup.sizes, &setup.memory, setup.budget);
-    let uploads = |_: &Spec, _| {
-        Err("not counted: Burn 0.22 takes no backend decorator to log a step's ops with".into())
-    };
+    let uploads = |_: &Spec, _| Err(UPLOADS_NOT_COUNTED_022.into());
     run_groups(
         setup.name,
         edition,

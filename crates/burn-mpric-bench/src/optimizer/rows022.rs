@@ -75,7 +75,7 @@ impl OptimCase for Train022 {
     }
 
     fn optimizer_uploads(&mut self) -> Result<Uploads, String> {
-        Err("not counted: Burn 0.22 takes no backend decorator to log a step's ops with".into())
+        Err(UPLOADS_NOT_COUNTED_022.into())
     }
 }
 

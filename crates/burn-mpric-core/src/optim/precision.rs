@@ -82,7 +82,8 @@ pub enum DrawSource {
     /// ChaCha8 on the host ([`RoundingStream`](super::RoundingStream)), copied into a tensor
     /// at every step: 4 bytes per element uploaded to a GPU.
     Host,
-    /// The Feistel permutation on the device ([`DrawKeys`]): nothing per element uploaded.
+    /// The Feistel permutation on the device ([`DrawKeys`](super::DrawKeys)): nothing per
+    /// element uploaded.
     Device,
 }
 
